@@ -1,0 +1,32 @@
+# Everything runs from a virtualenv this Makefile creates; only Python 3.10+
+# and make are needed on the machine.
+PYTHON ?= python3
+VENV ?= .venv
+DJANGO ?= Django>=5.2
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is required"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -U pip
+	$(BIN)/python -m pip install -q -e ".[test]" "$(DJANGO)"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python example_project/demo.py
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class DjangoSemaphoreConfig(AppConfig):
+    name = "django_semaphore"
+    verbose_name = _("Semaphores")
+    default_auto_field = "django.db.models.AutoField"

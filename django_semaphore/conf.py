@@ -1,0 +1,117 @@
+"""Settings, read lazily on every access so ``override_settings`` just works.
+
+``SEMAPHORES`` declares the named semaphores; flat ``SEMAPHORE_*`` settings
+hold app-wide defaults. Nothing here is cached at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from .keys import check_name, check_prefix
+
+ON_ERROR_CHOICES = ("allow", "deny")
+
+APP_DEFAULTS: dict[str, Any] = {
+    "SEMAPHORE_CONNECTION": "default",
+    "SEMAPHORE_ASYNC_CONNECTION": None,
+    "SEMAPHORE_KEY_PREFIX": "semaphore:",
+    "SEMAPHORE_ON_ERROR": "allow",
+    "SEMAPHORE_DEFAULT_LEASE": 60.0,
+    "SEMAPHORE_WAITER_TTL": 1.0,
+}
+
+
+def app_setting(name: str) -> Any:
+    """One ``SEMAPHORE_*`` setting, or its default."""
+    return getattr(settings, name, APP_DEFAULTS[name])
+
+
+def declared() -> Mapping[str, Mapping[str, Any]]:
+    """``settings.SEMAPHORES``, or an empty mapping."""
+    value = getattr(settings, "SEMAPHORES", None) or {}
+    if not isinstance(value, Mapping):
+        raise ImproperlyConfigured("settings.SEMAPHORES must be a dict of name -> options.")
+    return value
+
+
+def key_prefix() -> str:
+    try:
+        return check_prefix(app_setting("SEMAPHORE_KEY_PREFIX"))
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from exc
+
+
+def _number(options: Mapping[str, Any], name: str) -> bool:
+    value = options.get(name)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def option_problems(name: object, options: object) -> list[str]:
+    """Everything wrong with one ``SEMAPHORES`` entry, in plain words.
+
+    Shared by the system checks (which attach IDs and hints) and by
+    ``get_semaphore`` (which refuses to run a misconfigured limit).
+    """
+    problems: list[str] = []
+    try:
+        check_name(name)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if not isinstance(options, Mapping):
+        return [*problems, f"SEMAPHORES[{name!r}] must be a dict of options."]
+    limit = options.get("limit")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        problems.append(f"SEMAPHORES[{name!r}]['limit'] must be an integer >= 1 (got {limit!r}).")
+    if "lease" in options and (not _number(options, "lease") or options["lease"] <= 0):
+        problems.append(f"SEMAPHORES[{name!r}]['lease'] must be a number of seconds > 0.")
+    if "wait" in options and (not _number(options, "wait") or options["wait"] < 0):
+        problems.append(f"SEMAPHORES[{name!r}]['wait'] must be a number of seconds >= 0.")
+    weight = options.get("weight", 1)
+    if not isinstance(weight, int) or isinstance(weight, bool) or weight < 1:
+        problems.append(f"SEMAPHORES[{name!r}]['weight'] must be an integer >= 1.")
+    elif isinstance(limit, int) and weight > limit:
+        problems.append(f"SEMAPHORES[{name!r}]['weight'] ({weight}) is above its limit ({limit}).")
+    on_error = options.get("on_error", "allow")
+    if on_error not in ON_ERROR_CHOICES:
+        problems.append(f"SEMAPHORES[{name!r}]['on_error'] must be one of {ON_ERROR_CHOICES} (got {on_error!r}).")
+    return problems
+
+
+@dataclass(frozen=True)
+class SemaphoreConfig:
+    """One declared semaphore with every default filled in."""
+
+    name: str
+    limit: int
+    lease: float = 60.0
+    wait: float = 0.0
+    weight: int = 1
+    key: Any = None
+    on_error: str = "allow"
+    auto_renew: bool = True
+    waiter_ttl: float = 1.0
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, name: str, options: Mapping[str, Any]) -> SemaphoreConfig:
+        problems = option_problems(name, options)
+        if problems:
+            raise ImproperlyConfigured(" ".join(problems))
+        return cls(
+            name=name,
+            limit=options["limit"],
+            lease=float(options.get("lease", app_setting("SEMAPHORE_DEFAULT_LEASE"))),
+            wait=float(options.get("wait", 0.0)),
+            weight=options.get("weight", 1),
+            key=options.get("key"),
+            on_error=options.get("on_error", app_setting("SEMAPHORE_ON_ERROR")),
+            auto_renew=bool(options.get("auto_renew", True)),
+            waiter_ttl=float(app_setting("SEMAPHORE_WAITER_TTL")),
+            options=dict(options),
+        )

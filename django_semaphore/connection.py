@@ -1,0 +1,121 @@
+"""Where the Redis clients come from.
+
+``SEMAPHORE_CONNECTION`` is a django-redis cache alias (the default, so the
+app shares the site's pool, Sentinel set-up included), a ``redis://`` URL, or
+a callable (or its dotted path) returning a redis-py client: the way in for a
+``RedisCluster``, which django-redis cannot hand out.
+
+The asyncio client is built per event loop, because redis.asyncio
+connections belong to the loop that opened them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import redis.asyncio
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from .conf import app_setting
+
+# Connection options that mean the same to redis-py's sync and asyncio pools.
+_SHARED_OPTIONS = (
+    "host",
+    "port",
+    "db",
+    "username",
+    "password",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "client_name",
+    "protocol",
+    "path",
+)
+
+_url_clients: dict[str, redis.Redis] = {}
+_url_lock = threading.Lock()
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _factory(setting: Any) -> Callable[[], Any] | None:
+    if callable(setting):
+        return setting
+    if isinstance(setting, str) and "://" not in setting and "." in setting:
+        try:
+            return import_string(setting)
+        except ImportError:
+            return None
+    return None
+
+
+def get_client() -> Any:
+    """The sync client (``redis.Redis`` or ``redis.RedisCluster``)."""
+    setting = app_setting("SEMAPHORE_CONNECTION")
+    factory = _factory(setting)
+    if factory is not None:
+        return factory()
+    if not isinstance(setting, str):
+        raise ImproperlyConfigured("SEMAPHORE_CONNECTION must be a cache alias, a redis URL or a client factory.")
+    if "://" in setting:
+        with _url_lock:
+            if setting not in _url_clients:
+                _url_clients[setting] = redis.Redis.from_url(setting)
+            return _url_clients[setting]
+    from django_redis import get_redis_connection
+
+    try:
+        return get_redis_connection(setting, write=True)
+    except NotImplementedError as exc:
+        raise ImproperlyConfigured(
+            f"Cache {setting!r} cannot hand out a single Redis client (a sharded django-redis client?)."
+        ) from exc
+
+
+def _async_from_sync(client: Any) -> Any:
+    """An asyncio client reaching the same server as a sync ``redis.Redis``."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        raise ImproperlyConfigured(
+            "This connection has no asyncio twin; set SEMAPHORE_ASYNC_CONNECTION to a factory "
+            "returning a redis.asyncio client."
+        )
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _SHARED_OPTIONS}
+    if "path" in kwargs:
+        kwargs["unix_socket_path"] = kwargs.pop("path")
+    if issubclass(pool.connection_class, redis.SSLConnection):
+        kwargs["ssl"] = True
+    return redis.asyncio.Redis(**kwargs)
+
+
+def get_async_client() -> Any:
+    """The asyncio client for the running event loop."""
+    loop = asyncio.get_running_loop()
+    setting = app_setting("SEMAPHORE_ASYNC_CONNECTION") or app_setting("SEMAPHORE_CONNECTION")
+    per_loop = _async_clients.setdefault(loop, {})
+    cache_key = setting if isinstance(setting, str) else id(setting)
+    client = per_loop.get(cache_key)
+    if client is None:
+        explicit = app_setting("SEMAPHORE_ASYNC_CONNECTION")
+        factory = _factory(explicit) if explicit is not None else None
+        if factory is not None:
+            client = factory()
+        elif isinstance(setting, str) and "://" in setting:
+            client = redis.asyncio.Redis.from_url(setting)
+        else:
+            client = _async_from_sync(get_client())
+        per_loop[cache_key] = client
+    return client
+
+
+def socket_timeout(client: Any) -> float | None:
+    """The client's read timeout, so a blocking wait never outlasts it."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    value = kwargs.get("socket_timeout")
+    return float(value) if value else None

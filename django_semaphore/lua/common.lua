@@ -1,0 +1,114 @@
+-- Helpers shared by every script: scripts.py prepends this file to each one
+-- before loading it, so every operation stays a single EVALSHA.
+--
+-- Data model of one semaphore (all keys share one {hash tag}, so one slot):
+--   holders  ZSET  token -> lease deadline (ms, server clock)
+--   info     HASH  token -> "weight|acquired_ms|fence|metadata"
+--   state    HASH  used (sum of held weights), fence (never reset), limit
+--                  (runtime override), ticket (waiting-line counter) and the
+--                  outcome counters (acquired, rejected, released, expired,
+--                  lost, forced)
+--   queue    ZSET  waiter token -> ticket number (first come, first served)
+--   alive    ZSET  waiter token -> heartbeat deadline (ms, server clock)
+--   qweight  HASH  waiter token -> weight asked for
+--   <base>wake:<token>  LIST  one wake-up note per waiter (pushed on release)
+
+local function server_now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function parse_info(value)
+  if not value then
+    return 1, 0, 0, ''
+  end
+  local w, acquired, fence, meta = string.match(value, '^(%d+)|(%d+)|(%d+)|(.*)$')
+  return tonumber(w), tonumber(acquired), tonumber(fence), meta
+end
+
+local function effective_limit(state, configured)
+  local override = redis.call('HGET', state, 'limit')
+  if override then
+    return tonumber(override)
+  end
+  return configured
+end
+
+local function used_permits(state)
+  return tonumber(redis.call('HGET', state, 'used') or '0')
+end
+
+-- Reclaim every holder whose lease deadline has passed (crashed or stalled
+-- holders): their weight goes back to the pool and they are counted.
+local function reclaim_expired(holders, info, state, now)
+  local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
+  if #expired == 0 then
+    return 0
+  end
+  local freed = 0
+  for _, token in ipairs(expired) do
+    local weight = parse_info(redis.call('HGET', info, token))
+    freed = freed + weight
+    redis.call('HDEL', info, token)
+  end
+  redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+  local used = redis.call('HINCRBY', state, 'used', -freed)
+  if used < 0 then
+    -- Only reachable if keys were edited by hand; never leave capacity negative.
+    redis.call('HSET', state, 'used', 0)
+  end
+  redis.call('HINCRBY', state, 'expired', #expired)
+  return #expired
+end
+
+-- Drop waiters that stopped heartbeating (their process died or gave up
+-- without saying so), so they never block the line for long.
+local function reclaim_dead_waiters(queue, alive, qweight, base, now)
+  local dead = redis.call('ZRANGEBYSCORE', alive, '-inf', now)
+  for _, token in ipairs(dead) do
+    redis.call('ZREM', queue, token)
+    redis.call('HDEL', qweight, token)
+    redis.call('DEL', base .. 'wake:' .. token)
+  end
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', alive, '-inf', now)
+  end
+end
+
+-- Push a wake-up note to the waiters at the head of the line that the free
+-- permits could serve. Weights are >= 1, so at most `free` of them can fit;
+-- a woken waiter that still does not fit simply waits again.
+local function wake_waiters(queue, base, free, wake_ttl_ms)
+  if free <= 0 then
+    return
+  end
+  local heads = redis.call('ZRANGE', queue, 0, free - 1)
+  for _, token in ipairs(heads) do
+    local wake = base .. 'wake:' .. token
+    if redis.call('EXISTS', wake) == 0 then
+      redis.call('RPUSH', wake, '1')
+      redis.call('PEXPIRE', wake, wake_ttl_ms)
+    end
+  end
+end
+
+local function nearest_expiry_ms(holders, now)
+  local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+  if #first == 0 then
+    return 0
+  end
+  return math.max(tonumber(first[2]) - now, 0)
+end
+
+-- Sum of the weights of the first `count` waiters in line.
+local function weight_ahead(queue, qweight, count)
+  if count <= 0 then
+    return 0
+  end
+  local tokens = redis.call('ZRANGE', queue, 0, count - 1)
+  local total = 0
+  for _, token in ipairs(tokens) do
+    total = total + tonumber(redis.call('HGET', qweight, token) or '1')
+  end
+  return total
+end

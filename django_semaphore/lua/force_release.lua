@@ -1,0 +1,36 @@
+-- Operator's force release of one holder, or of every holder, then wake
+-- the waiters that now fit.
+--
+-- KEYS[1] holders ZSET, KEYS[2] info HASH, KEYS[3] state HASH,
+-- KEYS[4] queue ZSET, KEYS[5] alive ZSET, KEYS[6] qweight HASH
+-- ARGV[1] token to release, or '' for all holders
+-- ARGV[2] limit from settings (a runtime override in state wins)
+-- ARGV[3] key base with the hash tag, to name waiters' wake lists
+-- ARGV[4] wake note ttl in ms
+--
+-- Reply: the tokens that were released.
+local holders, info, state = KEYS[1], KEYS[2], KEYS[3]
+local queue, alive, qweight = KEYS[4], KEYS[5], KEYS[6]
+local base, wake_ttl = ARGV[3], tonumber(ARGV[4])
+
+local now = server_now_ms()
+reclaim_expired(holders, info, state, now)
+reclaim_dead_waiters(queue, alive, qweight, base, now)
+local released = {}
+if ARGV[1] == '' then
+  released = redis.call('ZRANGE', holders, 0, -1)
+  redis.call('DEL', holders, info)
+  redis.call('HSET', state, 'used', 0)
+elseif redis.call('ZSCORE', holders, ARGV[1]) then
+  local weight = parse_info(redis.call('HGET', info, ARGV[1]))
+  redis.call('ZREM', holders, ARGV[1])
+  redis.call('HDEL', info, ARGV[1])
+  redis.call('HINCRBY', state, 'used', -weight)
+  released = {ARGV[1]}
+end
+if #released > 0 then
+  redis.call('HINCRBY', state, 'forced', #released)
+end
+local limit = effective_limit(state, tonumber(ARGV[2]))
+wake_waiters(queue, base, limit - used_permits(state), wake_ttl)
+return released

@@ -1,0 +1,90 @@
+"""One background thread per process keeps every held permit's lease alive.
+
+A permit is renewed every third of its lease, so a single slow or failed
+renewal still leaves time for another before the server reclaims it. A renewal that finds the
+lease gone marks the permit lost and never re-acquires: someone else may
+hold that permit by now.
+
+Permits taken on the asyncio path are renewed here too, through the sync
+client: one worker per process, whatever mix of sync and async code it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from .exceptions import BackendUnavailable
+
+if TYPE_CHECKING:
+    from .permit import Permit
+
+logger = logging.getLogger("django_semaphore.renewal")
+
+# After a failed round (Redis unreachable), try again this soon: the lease
+# still has two thirds of its time left.
+RETRY_AFTER_ERROR = 0.5
+
+
+class Renewer:
+    def __init__(self) -> None:
+        self._due: dict[Permit, float] = {}
+        self._wakeup = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def track(self, permit: Permit) -> None:
+        with self._wakeup:
+            self._due[permit] = time.monotonic() + permit.lease / 3
+            self._ensure_thread()
+            self._wakeup.notify()
+
+    def forget(self, permit: Permit) -> None:
+        with self._wakeup:
+            self._due.pop(permit, None)
+
+    def tracked(self) -> list[Permit]:
+        with self._wakeup:
+            return list(self._due)
+
+    def _ensure_thread(self) -> None:
+        # A forked child inherits the dict but not the thread: start its own.
+        if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._run, name="django-semaphore-renewer", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._wakeup:
+                now = time.monotonic()
+                due = [p for p, at in self._due.items() if at <= now]
+                if not due:
+                    next_at = min(self._due.values(), default=now + 60)
+                    self._wakeup.wait(timeout=max(next_at - now, 0.01))
+                    continue
+            self._renew(due)
+
+    def _renew(self, due: list[Permit]) -> None:
+        for permit in due:
+            try:
+                renewed = permit.renew()
+            except BackendUnavailable as exc:
+                logger.warning("Could not renew %r: %s", permit, exc)
+                next_at = time.monotonic() + RETRY_AFTER_ERROR
+            except Exception:  # a bug must not kill the thread that guards every permit
+                logger.exception("Renewing %r failed", permit)
+                next_at = time.monotonic() + RETRY_AFTER_ERROR
+            else:
+                if not renewed:
+                    continue
+                next_at = time.monotonic() + permit.lease / 3
+            with self._wakeup:
+                if permit in self._due:
+                    self._due[permit] = next_at
+
+
+renewer = Renewer()

@@ -1,0 +1,416 @@
+"""The semaphore: acquire, release, renew, inspect, all one script each."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import redis.exceptions
+
+from . import scripts, signals
+from .conf import SemaphoreConfig, declared, key_prefix
+from .connection import get_async_client, get_client, socket_timeout
+from .exceptions import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit
+from .flow import BlockOnWake, FlowResult, RunScript, acquire_flow
+from .keys import SemaphoreKeys, hash_partition
+from .permit import Permit
+from .renewal import renewer
+from .results import TOO_HEAVY, SemaphoreStatus, retry_after_seconds
+
+# Errors that mean "Redis is unreachable or not serving writes right now",
+# as opposed to a bug; only these become BackendUnavailable.
+OUTAGE_ERRORS = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.MasterDownError,
+)
+METADATA_LIMIT = 2000
+PARTITION_LABEL_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The outcome of one acquire: the permit, or why there is none."""
+
+    permit: Permit | None
+    used: int
+    limit: int
+    waiting: int
+    retry_after: int
+    waited: float
+
+    @property
+    def granted(self) -> bool:
+        return self.permit is not None
+
+
+@lru_cache(maxsize=1)
+def _host() -> str:
+    return socket.gethostname()
+
+
+def _identity_token(identity: str) -> str:
+    return "id-" + hash_partition(identity)
+
+
+class Semaphore:
+    """One declared semaphore, or one partition of it when ``key`` is given.
+
+    Cheap to create: it holds no connection, only key names and settings.
+    Used as a context manager it acquires on entry and raises
+    ``SemaphoreFull`` when no permit came within ``wait``.
+    """
+
+    def __init__(self, config: SemaphoreConfig, key: Any = None, *, partition: str | None = None) -> None:
+        self.config = config
+        self.name = config.name
+        self.key = key
+        self.partition = partition if partition is not None else (None if key is None else hash_partition(key))
+        self.keys = SemaphoreKeys.build(key_prefix(), self.name, self.partition)
+        self._entered: list[Permit] = []
+
+    def __repr__(self) -> str:
+        part = f" partition={self.partition[:8]}" if self.partition else ""
+        return f"<Semaphore {self.name}{part} limit={self.config.limit}>"
+
+    # -- acquire ---------------------------------------------------------
+
+    def _plan(
+        self,
+        wait: float | None,
+        weight: int | None,
+        lease: float | None,
+        identity: str | None,
+        label: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> tuple[str, int, float, Any]:
+        weight = self.config.weight if weight is None else weight
+        if weight < 1:
+            raise ValueError("weight must be >= 1")
+        lease = self.config.lease if lease is None else lease
+        wait = self.config.wait if wait is None else wait
+        token = _identity_token(identity) if identity is not None else secrets.token_hex(16)
+        meta = json.dumps({"host": _host(), "pid": os.getpid(), "label": label, **(metadata or {})}, default=str)[
+            :METADATA_LIMIT
+        ]
+        args = [
+            token,
+            weight,
+            self.config.limit,
+            int(lease * 1000),
+            "wait" if wait > 0 else "try",
+            int(self.config.waiter_ttl * 1000),
+            meta,
+            self.keys.base,
+            self._wake_ttl_ms,
+        ]
+        cancel_args = [token, self.config.limit, self.keys.base, self._wake_ttl_ms]
+        flow = acquire_flow(
+            [*self.keys.all_six, self.keys.wake(token)],
+            args,
+            [self.keys.queue, self.keys.alive, self.keys.qweight, self.keys.state, self.keys.wake(token)],
+            cancel_args,
+            self.keys.wake(token),
+            wait,
+            self.config.waiter_ttl,
+        )
+        return token, weight, lease, flow
+
+    @property
+    def _wake_ttl_ms(self) -> int:
+        return int(self.config.waiter_ttl * 2000)
+
+    def _finish(
+        self,
+        token: str,
+        weight: int,
+        lease: float,
+        result: FlowResult,
+        auto_renew: bool | None,
+        on_lost: Callable[[Permit], Any] | None,
+    ) -> Attempt:
+        reply = result.reply
+        if reply.code == TOO_HEAVY:
+            raise WeightAboveLimit(f"Asked {weight} permits of {self.name!r}, whose limit is {reply.limit}.")
+        common = {"name": self.name, "partition": self.partition}
+        if not reply.granted:
+            retry = retry_after_seconds(reply.nearest_expiry_ms, 0)
+            signals.semaphore_rejected.send(
+                sender=self.name, retry_after=retry, waited=result.waited, used=reply.used, limit=reply.limit, **common
+            )
+            return Attempt(None, reply.used, reply.limit, reply.waiting, retry, result.waited)
+        permit = Permit(self, token, reply.fence, weight, lease, reply.lease_deadline_ms, on_lost)
+        if self.config.auto_renew if auto_renew is None else auto_renew:
+            renewer.track(permit)
+        signals.semaphore_acquired.send(
+            sender=self.name, token=token, fence=reply.fence, weight=weight, waited=result.waited, **common
+        )
+        return Attempt(permit, reply.used, reply.limit, reply.waiting, 0, result.waited)
+
+    def attempt(
+        self,
+        *,
+        wait: float | None = None,
+        weight: int | None = None,
+        lease: float | None = None,
+        identity: str | None = None,
+        label: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        auto_renew: bool | None = None,
+        on_lost: Callable[[Permit], Any] | None = None,
+    ) -> Attempt:
+        """Acquire and report the details (occupancy, Retry-After) whatever the outcome."""
+        token, weight, lease, flow = self._plan(wait, weight, lease, identity, label, metadata)
+        with self._backend():
+            client = get_client()
+            self._register_partition(client)
+            result = _drive(client, flow, socket_timeout(client))
+        return self._finish(token, weight, lease, result, auto_renew, on_lost)
+
+    async def aattempt(
+        self,
+        *,
+        wait: float | None = None,
+        weight: int | None = None,
+        lease: float | None = None,
+        identity: str | None = None,
+        label: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        auto_renew: bool | None = None,
+        on_lost: Callable[[Permit], Any] | None = None,
+    ) -> Attempt:
+        """``attempt`` on the asyncio client, for async views and tasks."""
+        token, weight, lease, flow = self._plan(wait, weight, lease, identity, label, metadata)
+        with self._backend():
+            client = get_async_client()
+            await self._aregister_partition(client)
+            result = await _adrive(client, flow, socket_timeout(client))
+        return self._finish(token, weight, lease, result, auto_renew, on_lost)
+
+    def acquire(self, **options: Any) -> Permit | None:
+        """A ``Permit``, or None when the semaphore stayed full for ``wait`` seconds."""
+        return self.attempt(**options).permit
+
+    async def aacquire(self, **options: Any) -> Permit | None:
+        return (await self.aattempt(**options)).permit
+
+    def _full(self, attempt: Attempt) -> SemaphoreFull:
+        return SemaphoreFull(
+            self.name,
+            self.partition,
+            attempt.retry_after,
+            used=attempt.used,
+            limit=attempt.limit,
+            waiting=attempt.waiting,
+        )
+
+    def __enter__(self) -> Permit:
+        attempt = self.attempt()
+        if attempt.permit is None:
+            raise self._full(attempt)
+        self._entered.append(attempt.permit)
+        return attempt.permit
+
+    def __exit__(self, *exc: object) -> None:
+        self._entered.pop().release()
+
+    async def __aenter__(self) -> Permit:
+        attempt = await self.aattempt()
+        if attempt.permit is None:
+            raise self._full(attempt)
+        self._entered.append(attempt.permit)
+        return attempt.permit
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._entered.pop().arelease()
+
+    # -- holder operations (used by Permit) ------------------------------
+
+    def _release_call(self, token: str) -> tuple[list[str], list[Any]]:
+        return self.keys.all_six, [token, self.config.limit, self.keys.base, self._wake_ttl_ms]
+
+    def _release(self, token: str) -> bool:
+        with self._backend():
+            return bool(scripts.run(get_client(), "release", *self._release_call(token))[0])
+
+    async def _arelease(self, token: str) -> bool:
+        with self._backend():
+            return bool((await scripts.arun(get_async_client(), "release", *self._release_call(token)))[0])
+
+    def _renew_call(self, token: str, lease: float) -> tuple[list[str], list[Any]]:
+        return [self.keys.holders, self.keys.info, self.keys.state], [token, int(lease * 1000)]
+
+    def _renew(self, token: str, lease: float) -> int | None:
+        with self._backend():
+            ok, deadline, _ = scripts.run(get_client(), "renew", *self._renew_call(token, lease))
+        return int(deadline) if ok else None
+
+    async def _arenew(self, token: str, lease: float) -> int | None:
+        with self._backend():
+            ok, deadline, _ = await scripts.arun(get_async_client(), "renew", *self._renew_call(token, lease))
+        return int(deadline) if ok else None
+
+    # -- inspection and operator actions ---------------------------------
+
+    def status(self, max_holders: int = 100) -> SemaphoreStatus:
+        """Limit, use, waiters, counters and holders; reclaims expired holders first."""
+        with self._backend():
+            reply = scripts.run(
+                get_client(),
+                "status",
+                self.keys.all_six,
+                [self.config.limit, max_holders, self.keys.base, self._wake_ttl_ms],
+            )
+        return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply)
+
+    async def astatus(self, max_holders: int = 100) -> SemaphoreStatus:
+        with self._backend():
+            reply = await scripts.arun(
+                get_async_client(),
+                "status",
+                self.keys.all_six,
+                [self.config.limit, max_holders, self.keys.base, self._wake_ttl_ms],
+            )
+        return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply)
+
+    def force_release(self, token: str) -> bool:
+        """Take one holder's permit away (an operator's fix for a stuck holder)."""
+        return bool(self._force(token))
+
+    def force_release_all(self) -> list[str]:
+        """Take every holder's permit away; returns their tokens."""
+        return self._force("")
+
+    def _force(self, token: str) -> list[str]:
+        with self._backend():
+            released = scripts.run(
+                get_client(),
+                "force_release",
+                self.keys.all_six,
+                [token, self.config.limit, self.keys.base, self._wake_ttl_ms],
+            )
+        return [t.decode() if isinstance(t, bytes) else str(t) for t in released]
+
+    def set_limit(self, limit: int | None) -> int:
+        """Override the limit at run time (None clears it); returns the limit in force."""
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise ValueError("A limit override must be an integer >= 1.")
+        with self._backend():
+            return int(
+                scripts.run(
+                    get_client(),
+                    "set_limit",
+                    [self.keys.state, self.keys.queue],
+                    ["" if limit is None else limit, self.config.limit, self.keys.base, self._wake_ttl_ms],
+                )
+            )
+
+    def partitions(self) -> dict[str, str]:
+        """Partitions seen so far of a keyed semaphore: hash -> key (shortened)."""
+        with self._backend():
+            raw = get_client().hgetall(SemaphoreKeys.partitions_of(key_prefix(), self.name))
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _partition_record(self) -> tuple[str, str, str] | None:
+        if self.partition is None or self.key is None:
+            return None
+        record = (
+            SemaphoreKeys.partitions_of(key_prefix(), self.name),
+            self.partition,
+            str(self.key)[:PARTITION_LABEL_LIMIT],
+        )
+        if record[:2] in _registered:
+            return None
+        return record
+
+    def _register_partition(self, client: Any) -> None:
+        record = self._partition_record()
+        if record is not None:
+            client.hset(*record)
+            _remember(record[:2])
+
+    async def _aregister_partition(self, client: Any) -> None:
+        record = self._partition_record()
+        if record is not None:
+            await client.hset(*record)
+            _remember(record[:2])
+
+    @contextmanager
+    def _backend(self) -> Iterator[None]:
+        try:
+            yield
+        except OUTAGE_ERRORS as exc:
+            signals.semaphore_backend_error.send(sender=self.name, name=self.name, partition=self.partition, error=exc)
+            raise BackendUnavailable(f"Redis unavailable for semaphore {self.name!r}: {exc}") from exc
+
+
+# Partitions this process has already recorded in the registry, so the
+# registry costs one extra call per partition per process, not per acquire.
+_registered: dict[tuple[str, str], None] = {}
+REGISTERED_MEMORY = 10_000
+
+
+def _remember(entry: tuple[str, str]) -> None:
+    if len(_registered) >= REGISTERED_MEMORY:
+        _registered.pop(next(iter(_registered)))
+    _registered[entry] = None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _drive(client: Any, flow: Any, read_timeout: float | None) -> FlowResult:
+    step = next(flow)
+    while True:
+        if isinstance(step, RunScript):
+            reply = scripts.run(client, step.name, step.keys, step.args)
+        else:
+            reply = client.blpop([step.key], timeout=_cap(step, read_timeout))
+        try:
+            step = flow.send(reply)
+        except StopIteration as done:
+            return done.value
+
+
+async def _adrive(client: Any, flow: Any, read_timeout: float | None) -> FlowResult:
+    step = next(flow)
+    while True:
+        if isinstance(step, RunScript):
+            reply = await scripts.arun(client, step.name, step.keys, step.args)
+        else:
+            reply = await client.blpop([step.key], timeout=_cap(step, read_timeout))
+        try:
+            step = flow.send(reply)
+        except StopIteration as done:
+            return done.value
+
+
+def _cap(step: BlockOnWake, read_timeout: float | None) -> float:
+    """Keep a blocking read inside the socket timeout, or redis-py would call it an outage."""
+    return min(step.timeout, read_timeout * 0.8) if read_timeout else step.timeout
+
+
+def get_semaphore(name: str, key: Any = None) -> Semaphore:
+    """The semaphore ``name`` from ``settings.SEMAPHORES`` (one partition of it if ``key``)."""
+    options = declared().get(name)
+    if options is None:
+        raise UnknownSemaphore(name, list(declared()))
+    return Semaphore(SemaphoreConfig.from_options(name, options), key)
+
+
+def all_semaphores() -> list[Semaphore]:
+    """Every declared semaphore, in settings order."""
+    return [get_semaphore(name) for name in declared()]

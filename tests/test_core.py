@@ -1,0 +1,348 @@
+"""Behaviour of one semaphore against a real server, through the sync API."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from django_semaphore import (
+    Semaphore,
+    SemaphoreFull,
+    UnknownSemaphore,
+    WeightAboveLimit,
+    get_semaphore,
+)
+from django_semaphore.conf import SemaphoreConfig
+from django_semaphore.testing import RedisServer
+
+
+def make(limit: int = 2, **options: object) -> Semaphore:
+    return Semaphore(SemaphoreConfig.from_options("adhoc", {"limit": limit, **options}))
+
+
+def test_acquire_up_to_the_limit_then_full() -> None:
+    sem = make(2, lease=30)
+    first, second = sem.acquire(), sem.acquire()
+    assert first and second
+    attempt = sem.attempt()
+    assert attempt.permit is None
+    assert attempt.used == 2 and attempt.limit == 2
+    assert attempt.retry_after >= 1
+    assert first.release() is True
+    third = sem.acquire()
+    assert third is not None
+
+
+def test_retry_after_follows_the_nearest_lease() -> None:
+    sem = make(1, lease=5)
+    assert sem.acquire(auto_renew=False)
+    attempt = sem.attempt()
+    assert 4 <= attempt.retry_after <= 5
+
+
+def test_unknown_name_raises_named_exception() -> None:
+    with pytest.raises(UnknownSemaphore) as info:
+        get_semaphore("nope")
+    assert "reports" in str(info.value)
+    assert isinstance(info.value, LookupError)
+
+
+def test_tokens_are_128_bit_random_and_fences_strictly_increase() -> None:
+    sem = make(3)
+    fences = []
+    tokens = set()
+    for _ in range(20):
+        permit = sem.acquire()
+        assert permit is not None
+        assert len(permit.token) == 32
+        tokens.add(permit.token)
+        fences.append(permit.fence)
+        permit.release()
+    assert len(tokens) == 20
+    assert fences == sorted(fences) and len(set(fences)) == 20
+
+
+def test_release_is_idempotent_and_owner_only() -> None:
+    sem = make(1)
+    permit = sem.acquire()
+    assert permit is not None
+    assert sem._release("0" * 32) is False  # someone else's guess
+    assert sem.status().used == 1
+    assert permit.release() is True
+    assert permit.release() is False
+    assert sem.status().counters["refused"] == 1
+
+
+def test_renew_extends_and_refuses_wrong_or_expired_tokens() -> None:
+    sem = make(1, lease=0.3, auto_renew=False)
+    permit = sem.acquire()
+    assert permit is not None
+    before = permit.lease_deadline_ms
+    time.sleep(0.05)
+    assert permit.renew() is True
+    assert permit.lease_deadline_ms > before
+    assert sem._renew("f" * 32, 10) is None
+    time.sleep(0.4)
+    lost = []
+    permit.on_lost = lost.append
+    assert permit.renew() is False
+    assert permit.lost and lost == [permit]
+    assert permit.release() is False
+    status = sem.status()
+    assert status.used == 0
+    assert status.counters["lost"] >= 1
+
+
+def test_expired_holder_is_reclaimed() -> None:
+    sem = make(1, lease=0.2, auto_renew=False)
+    assert sem.acquire()
+    assert sem.acquire() is None
+    time.sleep(0.3)
+    assert sem.acquire() is not None
+    assert sem.status().counters["expired"] == 1
+
+
+def test_auto_renewal_keeps_a_long_holder() -> None:
+    sem = make(1, lease=0.3)
+    permit = sem.acquire()
+    assert permit is not None
+    time.sleep(1.0)
+    assert sem.acquire() is None  # still held thanks to the renewer
+    assert permit.held
+    assert permit.release() is True
+
+
+def test_lost_signal_fires_when_renewal_finds_lease_gone() -> None:
+    from django_semaphore.signals import semaphore_lost
+
+    sem = make(1, lease=0.3)
+    seen = []
+
+    def receiver(sender: str, **kwargs: object) -> None:
+        seen.append(kwargs["token"])
+
+    semaphore_lost.connect(receiver)
+    try:
+        permit = sem.acquire()
+        assert permit is not None
+        sem.force_release(permit.token)
+        deadline = time.monotonic() + 2
+        while not permit.lost and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert permit.lost
+        assert seen == [permit.token]
+    finally:
+        semaphore_lost.disconnect(receiver)
+
+
+def test_identity_reacquire_returns_same_permit_renewed() -> None:
+    sem = make(2)
+    first = sem.acquire(identity="job-42")
+    again = sem.acquire(identity="job-42")
+    assert first is not None and again is not None
+    assert first.token == again.token and first.fence == again.fence
+    assert sem.status().used == 1
+
+
+def test_weighted_acquire_never_exceeds_the_limit() -> None:
+    sem = make(5)
+    big = sem.acquire(weight=3)
+    assert big is not None
+    assert sem.acquire(weight=3) is None
+    small = sem.acquire(weight=2)
+    assert small is not None
+    assert sem.acquire(weight=1) is None
+    assert sem.status().used == 5
+    big.release()
+    assert sem.status().used == 2
+    with pytest.raises(WeightAboveLimit):
+        sem.acquire(weight=6)
+
+
+def test_runtime_limit_override_applies_to_next_acquire() -> None:
+    sem = make(1)
+    assert sem.acquire()
+    assert sem.acquire() is None
+    assert sem.set_limit(3) == 3
+    assert sem.acquire() is not None
+    status = sem.status()
+    assert status.limit == 3 and status.override == 3 and status.configured_limit == 1
+    assert sem.set_limit(None) == 1
+    assert sem.status().override is None
+    with pytest.raises(ValueError):
+        sem.set_limit(0)
+
+
+def test_context_manager_raises_semaphore_full() -> None:
+    sem = make(1)
+    with sem as permit:
+        assert permit.held
+        with pytest.raises(SemaphoreFull) as info, make(1):
+            pass
+        assert info.value.retry_after >= 1
+    assert sem.status().used == 0
+
+
+def test_status_lists_holders_with_metadata() -> None:
+    sem = make(3)
+    permit = sem.acquire(label="/reports/export", weight=2, metadata={"job": 7})
+    assert permit is not None
+    status = sem.status()
+    (holder,) = status.holders
+    assert holder.token == permit.token and holder.weight == 2 and holder.fence == permit.fence
+    assert holder.metadata["label"] == "/reports/export" and holder.metadata["job"] == 7
+    assert holder.metadata["pid"] > 0 and holder.metadata["host"]
+    assert holder.lease_deadline_ms > status.now_ms >= holder.acquired_at_ms
+    assert status.counters["acquired"] == 1
+    assert status.as_dict()["holders"][0]["token"] == permit.token
+
+
+def test_force_release_one_and_all() -> None:
+    sem = make(3)
+    a, b, c = sem.acquire(), sem.acquire(), sem.acquire()
+    assert a and b and c
+    assert sem.force_release(a.token) is True
+    assert sem.force_release(a.token) is False
+    assert sorted(sem.force_release_all()) == sorted([b.token, c.token])
+    status = sem.status()
+    assert status.used == 0 and status.counters["forced"] == 3
+
+
+def test_partitions_are_separate_and_registered() -> None:
+    alice = get_semaphore("search", key="alice")
+    bob = get_semaphore("search", key="bob")
+    assert alice.keys.base != bob.keys.base
+    assert alice.acquire(wait=0) and alice.acquire(wait=0)
+    assert alice.acquire(wait=0) is None
+    assert bob.acquire(wait=0) is not None
+    labels = get_semaphore("search").partitions()
+    assert sorted(labels.values()) == ["alice", "bob"]
+
+
+def test_all_keys_share_one_hash_tag() -> None:
+    sem = get_semaphore("search", key="{evil}:tag")
+    tag = sem.keys.base[sem.keys.base.index("{") + 1 : sem.keys.base.index("}")]
+    for key in [*sem.keys.all_six, sem.keys.wake("x")]:
+        assert key[key.index("{") + 1 : key.index("}")] == tag
+    assert "evil" not in sem.keys.base
+
+
+def test_scripts_survive_script_flush(redis_client: redis.Redis) -> None:
+    sem = make(2)
+    assert sem.acquire()
+    redis_client.script_flush()
+    permit = sem.acquire()
+    assert permit is not None
+    redis_client.script_flush()
+    assert permit.release() is True
+
+
+def test_scripts_survive_a_server_restart() -> None:
+    with RedisServer() as server, _pointed_at(server.url):
+        sem = make(2)
+        assert sem.acquire()
+        server.restart()
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                permit = sem.acquire()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        assert permit is not None
+
+
+class _pointed_at:
+    """Point the app at another server for one test."""
+
+    def __init__(self, url: str) -> None:
+        from django.test import override_settings
+
+        self._override = override_settings(SEMAPHORE_CONNECTION=url)
+
+    def __enter__(self) -> None:
+        self._override.enable()
+
+    def __exit__(self, *exc: object) -> None:
+        self._override.disable()
+
+
+def test_fifo_waiters_served_in_arrival_order() -> None:
+    sem = make(1)
+    holder = sem.acquire()
+    assert holder is not None
+    order: list[str] = []
+    threads = []
+    for name in "ABC":
+        thread = threading.Thread(target=lambda n=name: _wait_and_record(n, order))
+        thread.start()
+        threads.append(thread)
+        expected = len(threads)
+        _wait_until(lambda: sem.status().waiting == expected)  # noqa: B023 - checked at once
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["A", "B", "C"]
+
+
+def _wait_and_record(name: str, order: list[str]) -> None:
+    permit = make(1).acquire(wait=10)
+    assert permit is not None
+    order.append(name)
+    time.sleep(0.05)
+    permit.release()
+
+
+def _wait_until(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_newcomer_without_wait_never_overtakes_the_line() -> None:
+    sem = make(1)
+    holder = sem.acquire()
+    assert holder is not None
+    result: list[object] = []
+    waiter = threading.Thread(target=lambda: result.append(make(1).acquire(wait=5)))
+    waiter.start()
+    _wait_until(lambda: sem.status().waiting == 1)
+    holder.release()
+    # The freed permit belongs to the waiter, even if a newcomer asks first.
+    newcomer = sem.acquire(wait=0)
+    waiter.join(5)
+    assert result and result[0] is not None
+    assert newcomer is None or sem.status().used <= 1
+
+
+def test_wait_times_out_and_leaves_the_line() -> None:
+    sem = make(1)
+    assert sem.acquire()
+    started = time.monotonic()
+    attempt = sem.attempt(wait=0.3)
+    assert attempt.permit is None
+    assert 0.25 <= time.monotonic() - started < 2
+    status = sem.status()
+    assert status.waiting == 0 and status.counters["rejected"] == 1
+
+
+def test_release_wakes_the_waiter_by_push_not_by_timer(settings) -> None:
+    # Heartbeat every 10 s and a 60 s lease: only the wake note can hand the
+    # permit over within the 5 s this test allows.
+    settings.SEMAPHORE_WAITER_TTL = 30
+    sem = make(1, lease=60)
+    holder = sem.acquire()
+    assert holder is not None
+    got: list[object] = []
+    thread = threading.Thread(target=lambda: got.append(make(1, lease=60).acquire(wait=5)))
+    thread.start()
+    _wait_until(lambda: sem.status().waiting == 1)
+    holder.release()
+    thread.join(5)
+    assert got and got[0] is not None
