@@ -79,10 +79,14 @@ class SemaphoreKeys:
     def qweight(self) -> str:
         return self.base + "qweight"
 
+    @property
+    def history(self) -> str:
+        return self.base + "history"
+
     def wake(self, token: str) -> str:
         return f"{self.base}wake:{token}"
 
     @property
-    def all_six(self) -> list[str]:
+    def common(self) -> list[str]:
         """The keys most scripts take, in the order their KEYS comments give."""
-        return [self.holders, self.info, self.state, self.queue, self.alive, self.qweight]
+        return [self.holders, self.info, self.state, self.queue, self.alive, self.qweight, self.history]

@@ -75,6 +75,20 @@ class Holder:
         return self.token[:8]
 
 
+@dataclass(frozen=True)
+class Sample:
+    """Peak permits in use since the previous sample, and the line at sample time."""
+
+    at_ms: int
+    peak_used: int
+    waiting: int
+
+    @classmethod
+    def parse(cls, raw: Any) -> Sample:
+        at, peak, waiting = _text(raw).split("|")
+        return cls(int(at), int(peak), int(waiting))
+
+
 COUNTERS = ("acquired", "rejected", "released", "expired", "lost", "forced", "refused")
 
 
@@ -94,6 +108,7 @@ class SemaphoreStatus:
     counters: dict[str, int]
     holders: list[Holder]
     now_ms: int
+    history: list[Sample] = field(default_factory=list)
 
     @property
     def free(self) -> int:
@@ -101,7 +116,7 @@ class SemaphoreStatus:
 
     @classmethod
     def parse(cls, name: str, partition: str | None, configured: int, reply: list[Any]) -> SemaphoreStatus:
-        now, limit, flat, holder_count, waiting, listed = reply
+        now, limit, flat, holder_count, waiting, listed, samples = reply
         state = {_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
         holders = [Holder.parse(*listed[i : i + 3]) for i in range(0, len(listed), 3)]
         return cls(
@@ -117,6 +132,7 @@ class SemaphoreStatus:
             counters={c: state.get(c, 0) for c in COUNTERS},
             holders=holders,
             now_ms=int(now),
+            history=[Sample.parse(sample) for sample in samples],
         )
 
     def as_dict(self) -> dict[str, Any]:

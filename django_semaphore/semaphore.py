@@ -36,6 +36,10 @@ OUTAGE_ERRORS = (
 )
 METADATA_LIMIT = 2000
 PARTITION_LABEL_LIMIT = 200
+# Utilisation history (whole semaphores only, not per-partition): one sample
+# per 10 s at most, an hour of them.
+HISTORY_EVERY_MS = 10_000
+HISTORY_KEEP = 360
 
 
 @dataclass(frozen=True)
@@ -113,10 +117,11 @@ class Semaphore:
             meta,
             self.keys.base,
             self._wake_ttl_ms,
+            *self._history_args,
         ]
         cancel_args = [token, self.config.limit, self.keys.base, self._wake_ttl_ms]
         flow = acquire_flow(
-            [*self.keys.all_six, self.keys.wake(token)],
+            [*self.keys.common, self.keys.wake(token)],
             args,
             [self.keys.queue, self.keys.alive, self.keys.qweight, self.keys.state, self.keys.wake(token)],
             cancel_args,
@@ -125,6 +130,10 @@ class Semaphore:
             self.config.waiter_ttl,
         )
         return token, weight, lease, flow
+
+    @property
+    def _history_args(self) -> list[int]:
+        return [0 if self.partition else HISTORY_EVERY_MS, HISTORY_KEEP]
 
     @property
     def _wake_ttl_ms(self) -> int:
@@ -237,7 +246,7 @@ class Semaphore:
     # -- holder operations (used by Permit) ------------------------------
 
     def _release_call(self, token: str) -> tuple[list[str], list[Any]]:
-        return self.keys.all_six, [token, self.config.limit, self.keys.base, self._wake_ttl_ms]
+        return self.keys.common, [token, self.config.limit, self.keys.base, self._wake_ttl_ms, *self._history_args]
 
     def _release(self, token: str) -> bool:
         with self._backend():
@@ -262,24 +271,29 @@ class Semaphore:
 
     # -- inspection and operator actions ---------------------------------
 
-    def status(self, max_holders: int = 100) -> SemaphoreStatus:
-        """Limit, use, waiters, counters and holders; reclaims expired holders first."""
+    def _status_args(self, max_holders: int, history: bool) -> list[Any]:
+        return [
+            self.config.limit,
+            max_holders,
+            self.keys.base,
+            self._wake_ttl_ms,
+            *self._history_args,
+            1 if history else 0,
+        ]
+
+    def status(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
+        """Limit, use, waiters, counters and holders; reclaims expired holders first.
+
+        ``history=True`` adds the last hour of utilisation samples.
+        """
         with self._backend():
-            reply = scripts.run(
-                get_client(),
-                "status",
-                self.keys.all_six,
-                [self.config.limit, max_holders, self.keys.base, self._wake_ttl_ms],
-            )
+            reply = scripts.run(get_client(), "status", self.keys.common, self._status_args(max_holders, history))
         return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply)
 
-    async def astatus(self, max_holders: int = 100) -> SemaphoreStatus:
+    async def astatus(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
         with self._backend():
             reply = await scripts.arun(
-                get_async_client(),
-                "status",
-                self.keys.all_six,
-                [self.config.limit, max_holders, self.keys.base, self._wake_ttl_ms],
+                get_async_client(), "status", self.keys.common, self._status_args(max_holders, history)
             )
         return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply)
 
@@ -296,8 +310,8 @@ class Semaphore:
             released = scripts.run(
                 get_client(),
                 "force_release",
-                self.keys.all_six,
-                [token, self.config.limit, self.keys.base, self._wake_ttl_ms],
+                self.keys.common,
+                [token, self.config.limit, self.keys.base, self._wake_ttl_ms, *self._history_args],
             )
         return [t.decode() if isinstance(t, bytes) else str(t) for t in released]
 

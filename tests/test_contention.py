@@ -75,7 +75,7 @@ def test_killed_holder_permit_is_reclaimed_after_its_lease(key_prefix: str, redi
             holder.kill()
             holder.join(5)
     leftovers = sorted(k.decode() for k in redis_client.scan_iter(f"{key_prefix}*"))
-    assert leftovers == [f"{key_prefix}{{crashy}}:state"]
+    assert leftovers == [f"{key_prefix}{{crashy}}:history", f"{key_prefix}{{crashy}}:state"]
 
 
 def test_dead_waiter_leaves_the_line_quickly(key_prefix: str) -> None:

@@ -225,7 +225,7 @@ def test_partitions_are_separate_and_registered() -> None:
 def test_all_keys_share_one_hash_tag() -> None:
     sem = get_semaphore("search", key="{evil}:tag")
     tag = sem.keys.base[sem.keys.base.index("{") + 1 : sem.keys.base.index("}")]
-    for key in [*sem.keys.all_six, sem.keys.wake("x")]:
+    for key in [*sem.keys.common, sem.keys.wake("x")]:
         assert key[key.index("{") + 1 : key.index("}")] == tag
     assert "evil" not in sem.keys.base
 
@@ -346,3 +346,15 @@ def test_release_wakes_the_waiter_by_push_not_by_timer(settings) -> None:
     holder.release()
     thread.join(5)
     assert got and got[0] is not None
+
+
+def test_status_history_samples_peak_use() -> None:
+    sem = make(3)
+    permits = [sem.acquire() for _ in range(3)]
+    for permit in permits:
+        assert permit is not None
+        permit.release()
+    status = sem.status(history=True)
+    assert status.history, "the first operation records a sample"
+    assert status.history[-1].peak_used >= 1
+    assert get_semaphore("search", key="k").status(history=True).history == []

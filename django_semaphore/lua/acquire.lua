@@ -1,8 +1,9 @@
 -- Take `weight` permits for `token`, or join / stay in the waiting line.
 --
 -- KEYS[1] holders ZSET, KEYS[2] info HASH, KEYS[3] state HASH,
--- KEYS[4] queue ZSET, KEYS[5] alive ZSET, KEYS[6] qweight HASH
--- KEYS[7] the caller's own wake list (deleted once it leaves the line)
+-- KEYS[4] queue ZSET, KEYS[5] alive ZSET, KEYS[6] qweight HASH,
+-- KEYS[7] history LIST
+-- KEYS[8] the caller's own wake list (deleted once it leaves the line)
 -- ARGV[1] token: the holder's 128-bit random id (or its identity digest)
 -- ARGV[2] weight: permits asked for (>= 1)
 -- ARGV[3] limit from settings (a runtime override in state wins)
@@ -13,12 +14,13 @@
 -- ARGV[7] holder metadata (JSON written by the client, stored verbatim)
 -- ARGV[8] key base with the hash tag, to name other waiters' wake lists
 -- ARGV[9] wake note ttl in ms
+-- ARGV[10] history sample interval in ms (0: no history), ARGV[11] samples kept
 --
 -- Reply: {code, fence, used, limit, nearest_expiry_ms, waiting, position,
 --         lease_deadline_ms, now_ms}; code 1 granted, 2 already held (lease
 --         renewed), 3 queued, 0 full, -1 weight above the limit.
 local holders, info, state = KEYS[1], KEYS[2], KEYS[3]
-local queue, alive, qweight, own_wake = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local queue, alive, qweight, history, own_wake = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local token, weight = ARGV[1], tonumber(ARGV[2])
 local lease_ms, mode = tonumber(ARGV[4]), ARGV[5]
 local waiter_ttl, meta, base, wake_ttl = tonumber(ARGV[6]), ARGV[7], ARGV[8], tonumber(ARGV[9])
@@ -71,6 +73,7 @@ if fits then
   redis.call('HSET', info, token, weight .. '|' .. now .. '|' .. fence .. '|' .. meta)
   used = redis.call('HINCRBY', state, 'used', weight)
   redis.call('HINCRBY', state, 'acquired', 1)
+  record_sample(state, history, now, queue, tonumber(ARGV[10]), tonumber(ARGV[11]))
   wake_waiters(queue, base, limit - used, wake_ttl)
   return {1, fence, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), 0, deadline, now}
 end
@@ -85,6 +88,7 @@ if mode == 'wait' then
     rank = redis.call('ZCARD', queue) - 1
   end
   redis.call('ZADD', alive, now + waiter_ttl, token)
+  record_sample(state, history, now, queue, tonumber(ARGV[10]), tonumber(ARGV[11]))
   return {3, 0, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), rank + 1, 0, now}
 end
 redis.call('HINCRBY', state, 'rejected', 1)

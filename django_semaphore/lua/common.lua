@@ -11,6 +11,7 @@
 --   queue    ZSET  waiter token -> ticket number (first come, first served)
 --   alive    ZSET  waiter token -> heartbeat deadline (ms, server clock)
 --   qweight  HASH  waiter token -> weight asked for
+--   history  LIST  "sampled_at_ms|peak_used|waiting" utilisation samples
 --   <base>wake:<token>  LIST  one wake-up note per waiter (pushed on release)
 
 local function server_now_ms()
@@ -111,4 +112,23 @@ local function weight_ahead(queue, qweight, count)
     total = total + tonumber(redis.call('HGET', qweight, token) or '1')
   end
   return total
+end
+
+-- Utilisation history for the dashboard: at most one sample per `every_ms`,
+-- carrying the peak use since the previous sample (so short bursts show),
+-- capped at `keep` samples. every_ms = 0 turns it off (partitions).
+local function record_sample(state, history, now, queue, every_ms, keep)
+  if every_ms <= 0 then
+    return
+  end
+  local used = used_permits(state)
+  local marks = redis.call('HMGET', state, 'peak', 'sampled_at')
+  local peak = math.max(tonumber(marks[1] or '0'), used)
+  if now - tonumber(marks[2] or '0') >= every_ms then
+    redis.call('RPUSH', history, now .. '|' .. peak .. '|' .. redis.call('ZCARD', queue))
+    redis.call('LTRIM', history, -keep, -1)
+    redis.call('HSET', state, 'sampled_at', now, 'peak', used)
+  elseif peak ~= tonumber(marks[1] or '-1') then
+    redis.call('HSET', state, 'peak', peak)
+  end
 end
