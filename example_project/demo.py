@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "0")) or None)
     parser.add_argument("--smoke", action="store_true", help="start, fetch one page, stop")
     args = parser.parse_args(argv)
+    # `kill PID` stops the demo as cleanly as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
     (HERE / "var").mkdir(exist_ok=True)
     server = RedisServer(data_dir=str(HERE / "var" / "redis") if not os.environ.get("REDIS_URL") else None)

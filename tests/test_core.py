@@ -358,3 +358,18 @@ def test_status_history_samples_peak_use() -> None:
     assert status.history, "the first operation records a sample"
     assert status.history[-1].peak_used >= 1
     assert get_semaphore("search", key="k").status(history=True).history == []
+
+
+def test_connection_from_a_client_factory(redis_server: RedisServer, settings) -> None:
+    made: list[redis.Redis] = []
+
+    def factory() -> redis.Redis:
+        if not made:
+            made.append(redis.Redis.from_url(redis_server.url))
+        return made[0]
+
+    settings.SEMAPHORE_CONNECTION = factory
+    sem = make(1)
+    permit = sem.acquire()
+    assert permit is not None and made
+    assert permit.release() is True
