@@ -1,0 +1,109 @@
+"""Every code block in README.md runs (or is checked) here, so README cannot rot.
+
+- ``python`` blocks that define ``SEMAPHORES`` are settings: executed, then
+  validated the way ``manage.py check`` would.
+- Other ``python`` blocks run against the test server with README's own
+  settings in force (top-level ``await``/``async with`` allowed).
+- ``sh`` blocks: every ``make`` target they name exists, and every file they
+  run is in the repository.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_semaphore.conf import option_problems
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
+BLOCKS = [(m.group(1), m.group(2), README[: m.start()].count("\n") + 1) for m in BLOCK.finditer(README)]
+PYTHON = [(code, line) for lang, code, line in BLOCKS if lang == "python"]
+SHELL = [(code, line) for lang, code, line in BLOCKS if lang in ("sh", "bash", "console")]
+
+
+def _settings_blocks() -> list[dict[str, Any]]:
+    found = []
+    for code, _line in PYTHON:
+        if re.search(r"^SEMAPHORES\s*=", code, re.M):
+            namespace: dict[str, Any] = {}
+            exec(compile(code, "README.md", "exec"), namespace)
+            found.append(namespace)
+    return found
+
+
+def readme_semaphores() -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for namespace in _settings_blocks():
+        merged.update(namespace["SEMAPHORES"])
+    return merged
+
+
+def test_readme_has_code_to_check() -> None:
+    assert PYTHON and SHELL
+    assert _settings_blocks(), "README shows the settings"
+
+
+@pytest.mark.parametrize("namespace", _settings_blocks(), ids=lambda ns: ",".join(ns["SEMAPHORES"]))
+def test_settings_blocks_are_valid(namespace: dict[str, Any]) -> None:
+    if "INSTALLED_APPS" in namespace:
+        assert "django_semaphore" in namespace["INSTALLED_APPS"]
+    if "CACHES" in namespace:
+        assert namespace["CACHES"]["default"]["BACKEND"] == "django_redis.cache.RedisCache"
+    for name, options in namespace["SEMAPHORES"].items():
+        assert option_problems(name, options) == []
+
+
+RUNNABLE = [(code, line) for code, line in PYTHON if not re.search(r"^SEMAPHORES\s*=", code, re.M)]
+
+
+@pytest.mark.parametrize(("code", "line"), RUNNABLE, ids=[f"line-{line}" for _, line in RUNNABLE])
+def test_python_blocks_run(code: str, line: int) -> None:
+    compiled = compile(code, f"README.md:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    namespace: dict[str, Any] = {"__name__": "readme"}
+    with override_settings(SEMAPHORES=readme_semaphores()):
+        result = eval(compiled, namespace)
+        if inspect.iscoroutine(result):
+            asyncio.run(result)
+
+
+def test_fencing_example_refuses_a_stale_holder() -> None:
+    import sqlite3
+
+    from django_semaphore import get_semaphore
+
+    (code,) = [code for code, _ in PYTHON if "def save_report" in code]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE reports (id INTEGER PRIMARY KEY, body TEXT, fence INTEGER DEFAULT 0)")
+    db.execute("INSERT INTO reports (id, body) VALUES (1, '')")
+    with override_settings(SEMAPHORES=readme_semaphores()):
+        with get_semaphore("reports") as old:
+            pass
+        with get_semaphore("reports") as new:
+            namespace["save_report"](db, 1, "new", new.fence)
+    with pytest.raises(PermissionError):
+        namespace["save_report"](db, 1, "stale", old.fence)
+    assert db.execute("SELECT body FROM reports").fetchone() == ("new",)
+
+
+@pytest.mark.parametrize(("code", "line"), SHELL, ids=[f"line-{line}" for _, line in SHELL])
+def test_shell_blocks_name_real_things(code: str, line: int) -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
+    for command in code.splitlines():
+        command = command.split("#")[0].strip()
+        if command.startswith("make "):
+            target = command.split()[1]
+            assert target in targets, f"README.md:{line}: make {target} is not a Makefile target"
+        for path in re.findall(r"(?:\.venv/bin/python |python )([\w/]+\.py)", command):
+            assert (ROOT / path).exists() or path == "manage.py", f"README.md:{line}: {path} is missing"
