@@ -32,6 +32,25 @@ def is_keyed(sem: Semaphore) -> bool:
     return sem.config.key is not None and sem.partition is None
 
 
+def expand(sem: Semaphore) -> list[Semaphore]:
+    """The partitions an action on ``sem`` reaches: every known key of a keyed semaphore, else itself."""
+    if is_keyed(sem):
+        return [Semaphore(sem.config, label, partition=p) for p, label in sem.partitions().items()]
+    return [sem]
+
+
+def duration(seconds: float | None) -> str:
+    """Compact ages for a narrow column: 42s, 3m05s, 2h10m."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
 def partition_of(sem: Semaphore, key: str) -> Semaphore:
     """One partition of a keyed semaphore, by its key or by the hash the registry lists."""
     known = sem.partitions()
@@ -122,6 +141,7 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
             waiting=sum(s.waiting for s in statuses),
             utilisation=parts[0]["utilisation"] if parts else 0.0,
             fence=None,
+            now_ms=max((s.now_ms for s in statuses), default=None),
             counters={c: sum(s.counters[c] for s in statuses) for c in COUNTERS},
             busiest=parts[:BUSIEST],
             history=[],
@@ -138,6 +158,7 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
             waiting=status.waiting,
             utilisation=_utilisation(status.used, status.limit),
             fence=status.fence,
+            now_ms=status.now_ms,
             counters=status.counters,
             busiest=[],
             history=[{"at_ms": s.at_ms, "peak_used": s.peak_used, "waiting": s.waiting} for s in recent],

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from django.core.management.base import CommandError
 
 from ..exceptions import BackendUnavailable, UnknownSemaphore
-from ..overview import is_keyed, partition_of
+from ..overview import expand, partition_of
 from ..semaphore import OUTAGE_ERRORS, Semaphore, get_semaphore
 
 T = TypeVar("T")
@@ -37,9 +37,7 @@ def targets(name: str, key: str | None) -> list[Semaphore]:
         if sem.config.key is None:
             raise CommandError(f"Semaphore {name!r} is not keyed; drop --key.")
         return [partition_of(sem, key)]
-    if is_keyed(sem):
-        return [Semaphore(sem.config, label, partition=p) for p, label in sem.partitions().items()]
-    return [sem]
+    return expand(sem)
 
 
 def describe(sem: Semaphore) -> str:

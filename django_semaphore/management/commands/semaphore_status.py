@@ -8,25 +8,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ...overview import overview
+from ...overview import duration, overview
 from ..common import guarded
 
 BAR_WIDTH = 10
 COLUMNS = ("NAME", "LIMIT", "USED", "WAIT", "USAGE", "OLDEST", "ACQUIRED", "REJECTED", "EXPIRED", "LOST", "ON ERROR")
 HOLDER_COLUMNS = ("TOKEN", "KEY", "WEIGHT", "AGE", "LEASE LEFT", "FENCE", "HOST", "PID", "LABEL")
 CLEAR_SCREEN = "\033[H\033[2J"
-
-
-def duration(seconds: float | None) -> str:
-    """Compact ages for a narrow column: 42s, 3m05s, 2h10m."""
-    if seconds is None:
-        return "-"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
 def usage_bar(utilisation: float) -> str:
