@@ -93,6 +93,7 @@ def _decorate(model_admin: ModelAdmin, row: dict[str, Any]) -> dict[str, Any]:
     for part in row["busiest"]:
         part["detail_url"] = f"{detail}?partition={part['partition']}"
         part["level"] = _level(part["utilisation"])
+        part["bar_width"] = min(round(part["utilisation"] * 100), 100)
     for holder in row.get("holder_list", []):
         acquired = timezone.localtime(datetime.fromtimestamp(holder["acquired_at_ms"] / 1000, dt_timezone.utc))
         holder["acquired_at"] = acquired.strftime("%Y-%m-%d %H:%M:%S")
@@ -100,7 +101,7 @@ def _decorate(model_admin: ModelAdmin, row: dict[str, Any]) -> dict[str, Any]:
         holder["lease_left"] = duration(holder["lease_left_s"])
         holder["expiring"] = holder["lease_left_s"] < 1
     if "history" in row and row["now_ms"] is not None:
-        row["chart"] = utilisation_chart(row["history"], row["limit"], row["now_ms"])
+        row["chart"] = utilisation_chart(row["history"], row["limit"], row["now_ms"], row["used"], row["waiting"])
     return row
 
 

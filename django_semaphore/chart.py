@@ -20,9 +20,16 @@ def _xy(at_ms: int, value: int, now_ms: int, top: int) -> str:
     return f"{x:.1f},{y:.1f}"
 
 
-def utilisation_chart(history: list[dict[str, Any]], limit: int, now_ms: int) -> dict[str, Any]:
-    """Points for the used area, the waiting line and the limit line, scaled to fit the busiest sample."""
+def utilisation_chart(
+    history: list[dict[str, Any]], limit: int, now_ms: int, used_now: int, waiting_now: int
+) -> dict[str, Any]:
+    """Points for the used area, the waiting line and the limit line, scaled to fit the busiest sample.
+
+    The line ends at the current reading, so it reaches "now" even when the
+    last sample is minutes old (samples are only taken while scripts run).
+    """
     samples = sorted(history, key=lambda s: s["at_ms"])
+    samples.append({"at_ms": now_ms, "peak_used": used_now, "waiting": waiting_now})
     top = max([limit, 1, *(s["peak_used"] for s in samples), *(s["waiting"] for s in samples)])
     used = [_xy(s["at_ms"], s["peak_used"], now_ms, top) for s in samples]
     if used:
@@ -33,5 +40,5 @@ def utilisation_chart(history: list[dict[str, Any]], limit: int, now_ms: int) ->
         "waiting": " ".join(_xy(s["at_ms"], s["waiting"], now_ms, top) for s in samples),
         "limit_y": round(HEIGHT - limit / top * HEIGHT, 1),
         "top": top,
-        "samples": len(samples),
+        "samples": len(samples) - 1,
     }
