@@ -335,6 +335,23 @@ class Semaphore:
             raw = get_client().hgetall(SemaphoreKeys.partitions_of(key_prefix(), self.name))
         return {_text(k): _text(v) for k, v in raw.items()}
 
+    def partition_statuses(self, max_partitions: int = 1000, max_holders: int = 100) -> list[SemaphoreStatus]:
+        """The status of each known partition of a keyed semaphore, pipelined.
+
+        One round trip for all of them, so a dashboard of a per-user limit
+        does not cost one call per user; ``max_partitions`` bounds the work.
+        """
+        parts = [Semaphore(self.config, partition=p) for p in list(self.partitions())[:max_partitions]]
+        with self._backend():
+            pipe = get_client().pipeline(transaction=False)
+            for part in parts:
+                scripts.run(pipe, "status", part.keys.common, part._status_args(max_holders, False))
+            replies = pipe.execute()
+        return [
+            SemaphoreStatus.parse(self.name, part.partition, self.config.limit, reply)
+            for part, reply in zip(parts, replies, strict=True)
+        ]
+
     # -- plumbing ---------------------------------------------------------
 
     def _partition_record(self) -> tuple[str, str, str] | None:

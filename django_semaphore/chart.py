@@ -1,0 +1,44 @@
+"""The last hour of utilisation as SVG coordinates.
+
+The server computes the points and the page only sets them on an inline
+``<svg>``: no chart library, no CDN, nothing to load offline, and the same
+numbers whether the page was rendered or refreshed by the JSON endpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WIDTH = 360  # one unit per 10 s sample over an hour
+HEIGHT = 60
+WINDOW_MS = 3_600_000
+
+
+def _xy(at_ms: int, value: int, now_ms: int, top: int) -> str:
+    x = max(WIDTH - (now_ms - at_ms) / WINDOW_MS * WIDTH, 0.0)
+    y = HEIGHT - min(value, top) / top * HEIGHT
+    return f"{x:.1f},{y:.1f}"
+
+
+def utilisation_chart(
+    history: list[dict[str, Any]], limit: int, now_ms: int, used_now: int, waiting_now: int
+) -> dict[str, Any]:
+    """Points for the used area, the waiting line and the limit line, scaled to fit the busiest sample.
+
+    The line ends at the current reading, so it reaches "now" even when the
+    last sample is minutes old (samples are only taken while scripts run).
+    """
+    samples = sorted(history, key=lambda s: s["at_ms"])
+    samples.append({"at_ms": now_ms, "peak_used": used_now, "waiting": waiting_now})
+    top = max([limit, 1, *(s["peak_used"] for s in samples), *(s["waiting"] for s in samples)])
+    used = [_xy(s["at_ms"], s["peak_used"], now_ms, top) for s in samples]
+    if used:
+        first_x, last_x = used[0].split(",")[0], used[-1].split(",")[0]
+        used = [f"{first_x},{HEIGHT}", *used, f"{last_x},{HEIGHT}"]
+    return {
+        "used": " ".join(used),
+        "waiting": " ".join(_xy(s["at_ms"], s["waiting"], now_ms, top) for s in samples),
+        "limit_y": round(HEIGHT - limit / top * HEIGHT, 1),
+        "top": top,
+        "samples": len(samples) - 1,
+    }

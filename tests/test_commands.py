@@ -1,0 +1,167 @@
+"""The operator commands through call_command, against the suite's real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+from django_semaphore import get_semaphore
+from django_semaphore.testing import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.fixture
+def held():
+    sem = get_semaphore("reports")
+    permits = [sem.acquire(label="export", auto_renew=False), sem.acquire(weight=2, auto_renew=False)]
+    yield permits
+    sem.force_release_all()
+
+
+def test_status_table(held) -> None:
+    get_semaphore("single").set_limit(2)
+    out = run("semaphore_status")
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["NAME", "LIMIT", "USED", "WAIT"]
+    reports = next(line for line in lines if line.startswith("reports"))
+    assert reports.split()[:4] == ["reports", "3", "3", "0"]
+    assert "[##########]" in reports and reports.endswith("allow")
+    assert next(line for line in lines if line.startswith("single")).split()[1] == "2*"
+    assert "single (settings: 1)" in out
+    assert "search (0 keys)" in out
+
+
+def test_status_filters_and_lists_holders(held) -> None:
+    out = run("semaphore_status", "reports", "--holders")
+    assert "single" not in out and "weighted" not in out
+    assert "reports: 2 holder(s)" in out
+    for permit in held:
+        assert permit.token[:8] in out
+    assert "export" in out and str(os.getpid()) in out
+
+
+def test_status_json_schema(held) -> None:
+    get_semaphore("search", key="alice").acquire(auto_renew=False)
+    data = json.loads(run("semaphore_status", "reports", "search", "--json", "--holders"))
+    assert data["schema"] == 1
+    reports, search = data["semaphores"]
+    assert set(reports) >= {
+        "name", "keyed", "partitions", "limit", "configured_limit", "override", "used", "holders", "waiting",
+        "utilisation", "oldest_holder_age_s", "fence", "counters", "on_error", "lease_s", "busiest", "holder_list",
+    }  # fmt: skip
+    assert (reports["used"], reports["holders"], reports["utilisation"], reports["fence"]) == (3, 2, 1.0, 2)
+    assert reports["counters"]["acquired"] == 2
+    assert {h["label"] for h in reports["holder_list"]} == {"export", None}
+    assert search["keyed"] and search["partitions"] == 1
+    assert search["busiest"][0]["key"] == "alice" and search["holder_list"][0]["key"] == "alice"
+
+
+def test_status_interval_refreshes(held) -> None:
+    out = run("semaphore_status", "reports", "--json", "--interval", "0.1", "--count", "3")
+    snapshots = [json.loads(line) for line in out.splitlines()]
+    assert len(snapshots) == 3 and all(s["semaphores"][0]["used"] == 3 for s in snapshots)
+
+
+def test_unknown_name_lists_the_known_ones() -> None:
+    with pytest.raises(CommandError, match=r"Unknown semaphore 'nope'.*reports, search, single, weighted"):
+        run("semaphore_status", "nope")
+    with pytest.raises(CommandError, match="Unknown semaphore"):
+        run("semaphore_release", "nope", "--all", "--noinput")
+
+
+def test_redis_down_is_one_line_and_exit_status_1() -> None:
+    with override_settings(SEMAPHORE_CONNECTION=f"redis://127.0.0.1:{free_port()}/0"):
+        with pytest.raises(CommandError, match="Redis is unreachable") as caught:
+            run("semaphore_status")
+        assert caught.value.returncode == 1
+        with pytest.raises(CommandError, match="Redis is unreachable"):
+            run("semaphore_release", "reports", "--all", "--noinput")
+        with pytest.raises(CommandError, match="Redis is unreachable"):
+            run("semaphore_limit", "reports", "4")
+
+
+def test_redis_down_from_a_shell() -> None:
+    env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "semaphore_status"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("CommandError: Redis is unreachable")
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_release_by_token_prefix_with_noinput(held) -> None:
+    out = run("semaphore_release", "reports", "--token", held[0].token[:6], "--noinput")
+    assert f"Released {held[0].token} from reports" in out
+    assert [h.token for h in get_semaphore("reports").status().holders] == [held[1].token]
+
+
+def test_release_asks_first(held, monkeypatch) -> None:
+    answers = iter(["no", "yes"])
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    with pytest.raises(CommandError, match="Cancelled"):
+        run("semaphore_release", "reports", "--all")
+    assert get_semaphore("reports").status().holder_count == 2
+    out = run("semaphore_release", "reports", "--all")
+    assert "Released 2 permit(s)." in out
+    assert get_semaphore("reports").status().holder_count == 0
+
+
+def test_release_unknown_or_ambiguous_token(held) -> None:
+    with pytest.raises(CommandError, match="No holder of reports has a token starting with 'zz'"):
+        run("semaphore_release", "reports", "--token", "zz", "--noinput")
+    with pytest.raises(CommandError, match="ambiguous"):
+        run("semaphore_release", "reports", "--token", "", "--noinput")
+
+
+def test_release_a_key_of_a_keyed_semaphore() -> None:
+    alice = get_semaphore("search", key="alice").acquire(auto_renew=False)
+    bob = get_semaphore("search", key="bob").acquire(auto_renew=False)
+    out = run("semaphore_release", "search", "--key", "alice", "--all", "--noinput")
+    assert f"Released {alice.token} from search [key alice]" in out
+    assert bob.token not in out
+    out = run("semaphore_release", "search", "--token", bob.token[:8], "--noinput")  # found in any key
+    assert "[key bob]" in out
+
+
+def test_release_expired_reclaims_only_those() -> None:
+    sem = get_semaphore("weighted")
+    kept = sem.acquire(auto_renew=False)
+    stale = sem.acquire(lease=0.05, auto_renew=False)
+    time.sleep(0.3)  # let the short lease run out (nothing has read the semaphore since)
+    out = run("semaphore_release", "weighted", "--expired")
+    assert f"Reclaimed expired {stale.token} from weighted" in out
+    assert "Reclaimed 1 expired permit(s)." in out
+    assert [h.token for h in sem.status().holders] == [kept.token]
+    assert stale.release() is False
+    sem.force_release_all()
+
+
+def test_limit_set_and_clear() -> None:
+    assert "reports: limit is now 5 (settings say 3)." in run("semaphore_limit", "reports", "5")
+    assert get_semaphore("reports").status().limit == 5
+    assert "limit is 3 (settings)" in run("semaphore_limit", "reports", "--clear")
+    with pytest.raises(CommandError, match="either"):
+        run("semaphore_limit", "reports")
+    with pytest.raises(CommandError, match=">= 1"):
+        run("semaphore_limit", "reports", "0")
+    with pytest.raises(CommandError, match="keyed"):
+        run("semaphore_limit", "search", "3")
+    run("semaphore_limit", "search", "4", "--key", "alice")
+    assert get_semaphore("search", key="alice").status().limit == 4
