@@ -24,4 +24,9 @@ urlpatterns = [
     path("full-inside/", views.full_inside),
     path("health/", views.health),
     path("gated/", views.gated),
+    path("reported/", views.reported),
+    path("reported-async/", views.reported_async),
+    path("reported-stream/", views.reported_stream),
+    path("unguarded/", views.unguarded, name="unguarded"),
+    path("unguarded-async/", views.unguarded_async, name="unguarded-async"),
 ]

@@ -202,3 +202,33 @@ gate = Gate()
 def gated(request: HttpRequest) -> HttpResponse:
     gate.enter()
     return HttpResponse("done")
+
+
+def _outcome(request: HttpRequest) -> JsonResponse:
+    admission = getattr(request, "semaphore", None)
+    return JsonResponse({"outcome": admission.outcome if admission else None})
+
+
+@semaphore("guarded")
+def reported(request: HttpRequest) -> JsonResponse:
+    """Touches Redis only through the decorator: for the outage tests."""
+    return _outcome(request)
+
+
+@semaphore("guarded")
+async def reported_async(request: HttpRequest) -> JsonResponse:
+    return _outcome(request)
+
+
+@semaphore("guarded")
+def reported_stream(request: HttpRequest) -> StreamingHttpResponse:
+    return StreamingHttpResponse(_chunks())
+
+
+def unguarded(request: HttpRequest) -> JsonResponse:
+    """No decorator: the middleware's rules decide; reports their outcome."""
+    return _outcome(request)
+
+
+async def unguarded_async(request: HttpRequest) -> JsonResponse:
+    return _outcome(request)
