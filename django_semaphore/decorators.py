@@ -43,7 +43,10 @@ def semaphore(
     set, as django-ratelimit's ``request.limited``.
 
     The permit is held until the response is complete: a streaming response
-    keeps it until the stream is closed; an exception releases it.
+    keeps it until the stream is closed; an exception releases it. The
+    view's ``request.semaphore`` is the ``Admission`` (``outcome``,
+    ``limited``, ``permit``, ``retry_after``); ``request.semaphores`` maps
+    every semaphore that looked at the request to its admission.
     """
 
     def rejected(request: HttpRequest, admission: Admission) -> HttpResponseBase:

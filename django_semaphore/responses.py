@@ -9,7 +9,7 @@ fail-closed semaphore during an outage, the ``BackendUnavailable``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
@@ -61,7 +61,7 @@ def semaphore_full(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 def _view_setting(name: str | None) -> Any:
     options = declared().get(name) if name else None
-    if isinstance(options, dict) and options.get("view"):
+    if isinstance(options, Mapping) and options.get("view"):
         return options["view"]
     return app_setting("SEMAPHORE_VIEW")
 
