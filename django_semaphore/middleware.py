@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponseBase
 
 from . import outcomes
@@ -53,7 +53,7 @@ class SemaphoreMiddleware:
         if self.async_mode:
             return self.__acall__(request)
         rules = [] if exempt_path(request) else matching_rules(request)
-        if rules and bypass_predicate()(request):
+        if rules and _bypass(request):
             _record_bypass(request, rules)
             return self.get_response(request)
         held: list[Admission] = []
@@ -102,6 +102,13 @@ class SemaphoreMiddleware:
         if isinstance(exception, (SemaphoreFull, BackendUnavailable)):
             return respond(request, exception)
         return None
+
+
+def _bypass(request: HttpRequest) -> bool:
+    predicate = bypass_predicate()
+    if iscoroutinefunction(predicate):
+        return bool(async_to_sync(predicate)(request))
+    return bool(predicate(request))
 
 
 async def _abypass(request: HttpRequest) -> bool:

@@ -87,10 +87,11 @@ def test_off_mode_skips_the_rule(client: Client, settings) -> None:
     permit.release()
 
 
-def test_exempt_paths_and_bypass_predicate(client: Client, settings) -> None:
+@pytest.mark.parametrize("predicate", ["tests.views.bypass_internal", "tests.views.bypass_internal_async"])
+def test_exempt_paths_and_bypass_predicate(client: Client, settings, predicate: str) -> None:
     rules(settings, {"semaphore": "guarded"})
     settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = [r"^/surface/health/$"]
-    settings.SEMAPHORE_MIDDLEWARE_BYPASS = "tests.views.bypass_internal"
+    settings.SEMAPHORE_MIDDLEWARE_BYPASS = predicate
     permit = hold()
     assert client.get("/surface/health/").status_code == 200
     assert client.get("/surface/plain/").status_code == 503
@@ -192,10 +193,11 @@ def test_async_requests_use_the_async_path(settings) -> None:
     assert used() == 0
 
 
-def test_async_bypass_and_exemptions(settings) -> None:
+@pytest.mark.parametrize("predicate", ["tests.views.bypass_internal", "tests.views.bypass_internal_async"])
+def test_async_bypass_and_exemptions(settings, predicate: str) -> None:
     rules(settings, {"semaphore": "guarded"})
     settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = [r"^/surface/health/"]
-    settings.SEMAPHORE_MIDDLEWARE_BYPASS = "tests.views.bypass_internal"
+    settings.SEMAPHORE_MIDDLEWARE_BYPASS = predicate
 
     async def scenario() -> None:
         client = AsyncClient()

@@ -172,6 +172,10 @@ def bypass_internal(request: HttpRequest) -> bool:
     return request.headers.get("X-Internal") == "yes"
 
 
+async def bypass_internal_async(request: HttpRequest) -> bool:
+    return request.headers.get("X-Internal") == "yes"
+
+
 def bypass_superuser(request: HttpRequest) -> bool:
     return request.user.is_superuser
 
