@@ -8,3 +8,6 @@ class DjangoSemaphoreConfig(AppConfig):
     name = "django_semaphore"
     verbose_name = _("Semaphores")
     default_auto_field = "django.db.models.AutoField"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the system checks)

@@ -24,6 +24,15 @@ APP_DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_ON_ERROR": "allow",
     "SEMAPHORE_DEFAULT_LEASE": 60.0,
     "SEMAPHORE_WAITER_TTL": 1.0,
+    # The Django surface: request keys, the 503 response, the middleware.
+    "SEMAPHORE_VIEW": None,
+    "SEMAPHORE_IP_META_KEY": "REMOTE_ADDR",
+    "SEMAPHORE_TRUSTED_PROXIES": 1,
+    "SEMAPHORE_IPV6_PREFIX": 64,
+    "SEMAPHORE_MIDDLEWARE_RULES": [],
+    "SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS": [],
+    "SEMAPHORE_MIDDLEWARE_BYPASS": None,
+    "SEMAPHORE_RATELIMIT_HEADERS": False,
 }
 
 
@@ -80,6 +89,12 @@ def option_problems(name: object, options: object) -> list[str]:
     on_error = options.get("on_error", "allow")
     if on_error not in ON_ERROR_CHOICES:
         problems.append(f"SEMAPHORES[{name!r}]['on_error'] must be one of {ON_ERROR_CHOICES} (got {on_error!r}).")
+    key = options.get("key")
+    if key is not None and not isinstance(key, str) and not callable(key):
+        problems.append(f"SEMAPHORES[{name!r}]['key'] must be a key kind, a dotted path or a callable (got {key!r}).")
+    view = options.get("view")
+    if view is not None and not isinstance(view, str) and not callable(view):
+        problems.append(f"SEMAPHORES[{name!r}]['view'] must be a view or the dotted path of one (got {view!r}).")
     return problems
 
 

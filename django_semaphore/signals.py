@@ -7,6 +7,9 @@ listed below.
 - ``semaphore_released``: ``token``, ``held_for`` (seconds), ``was_held``
 - ``semaphore_lost``: ``token`` (a renewal found the lease gone)
 - ``semaphore_backend_error``: ``error`` (the redis-py exception)
+- ``semaphore_request_outcome``: ``outcome`` (one of ``outcomes.ALL``),
+  ``request``, ``mode``; sent by the decorator and the middleware once per
+  request and semaphore, also when Redis is unreachable
 """
 
 from __future__ import annotations
@@ -18,3 +21,4 @@ semaphore_rejected = Signal()
 semaphore_released = Signal()
 semaphore_lost = Signal()
 semaphore_backend_error = Signal()
+semaphore_request_outcome = Signal()

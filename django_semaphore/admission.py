@@ -1,0 +1,262 @@
+"""One request's admission to one semaphore, shared by the decorator and the middleware.
+
+``admit`` / ``aadmit`` pick the partition from the request, take a permit
+(the async one on the native asyncio client), apply the failure policy, and
+return an ``Admission``: what the view sees as ``request.semaphore``, and what
+gives the permit back once the response is finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.http import HttpRequest, HttpResponseBase
+
+from . import failure, outcomes
+from .exceptions import BackendUnavailable, SemaphoreFull
+from .permit import Permit
+from .request_keys import NOT_LIMITED, akey_for, key_for
+from .semaphore import Attempt, Semaphore, get_semaphore
+
+logger = logging.getLogger("django_semaphore.requests")
+
+ENFORCE, DRY_RUN, OFF = "enforce", "dry-run", "off"
+MODES = (ENFORCE, DRY_RUN, OFF)
+LABEL_LIMIT = 200
+
+
+@dataclass
+class Admission:
+    """The outcome of guarding one request with one semaphore.
+
+    ``limited`` says the semaphore had no permit for this request (or Redis
+    failed under ``on_error="deny"``), whether or not the request was turned
+    away: with ``block=False`` or in dry-run the view runs anyway and can look.
+    """
+
+    name: str
+    outcome: str
+    mode: str = ENFORCE
+    key: Any = None
+    partition: str | None = None
+    permit: Permit | None = None
+    attempt: Attempt | None = None
+    error: BackendUnavailable | None = None
+    _released: bool = field(default=False, repr=False)
+
+    @property
+    def limited(self) -> bool:
+        return self.outcome in (outcomes.FULL, outcomes.DRY_RUN_FULL, outcomes.ERROR_DENIED)
+
+    @property
+    def rejected(self) -> bool:
+        """True when the request must be turned away (enforce mode only)."""
+        return self.mode == ENFORCE and self.limited
+
+    @property
+    def retry_after(self) -> int:
+        if self.outcome == outcomes.ERROR_DENIED:
+            return failure.ERROR_RETRY_AFTER
+        return self.attempt.retry_after if self.attempt is not None else 0
+
+    def exception(self) -> SemaphoreFull | BackendUnavailable:
+        """The exception a rejected request stands for, for ``raise_exception`` and the 503 view."""
+        if self.error is not None:
+            return self.error
+        attempt = self.attempt
+        return SemaphoreFull(
+            self.name,
+            self.partition,
+            max(self.retry_after, 1),
+            used=attempt.used if attempt else None,
+            limit=attempt.limit if attempt else None,
+            waiting=attempt.waiting if attempt else None,
+        )
+
+    def release(self) -> None:
+        """Give the permit back (idempotent); an outage only logs, the lease ends it."""
+        if self.permit is None or self._released:
+            return
+        self._released = True
+        try:
+            self.permit.release()
+        except BackendUnavailable as exc:
+            logger.warning("Could not release %r; its lease will end it: %s", self.permit, exc)
+
+    async def arelease(self) -> None:
+        if self.permit is None or self._released:
+            return
+        self._released = True
+        try:
+            await self.permit.arelease()
+        except BackendUnavailable as exc:
+            logger.warning("Could not release %r; its lease will end it: %s", self.permit, exc)
+
+
+def _partition(whole: Semaphore, value: Any) -> Semaphore | None:
+    """The semaphore (partition) for this key value, or None when it says "not limited"."""
+    if value is NOT_LIMITED:
+        return None
+    return whole if value is None else get_semaphore(whole.name, value)
+
+
+def _options(request: HttpRequest, mode: str, wait: float | None, weight: int | None) -> dict[str, Any]:
+    label = f"{request.method} {request.path}"[:LABEL_LIMIT]
+    return {
+        # A dry run must not change latency, so it never waits in line.
+        "wait": 0 if mode == DRY_RUN else wait,
+        "weight": weight,
+        "label": label,
+        "metadata": {"path": request.path[:LABEL_LIMIT], "method": request.method},
+    }
+
+
+def _decide(
+    request: HttpRequest,
+    semaphore: Semaphore,
+    value: Any,
+    mode: str,
+    attempt: Attempt | None,
+    error: BackendUnavailable | None,
+) -> Admission:
+    common = {"name": semaphore.name, "mode": mode, "key": value, "partition": semaphore.partition}
+    if error is not None:
+        allowed = failure.on_backend_error(semaphore, error, path=request.path, dry_run=mode == DRY_RUN)
+        outcome = outcomes.ERROR_ALLOWED if allowed else outcomes.ERROR_DENIED
+        admission = Admission(outcome=outcome, error=None if allowed else error, **common)
+    elif attempt is not None and attempt.permit is not None:
+        admission = Admission(outcome=outcomes.ACQUIRED, permit=attempt.permit, attempt=attempt, **common)
+    elif mode == DRY_RUN:
+        logger.info("Dry run: semaphore %r is full; would reject %s %s", semaphore.name, request.method, request.path)
+        admission = Admission(outcome=outcomes.DRY_RUN_FULL, attempt=attempt, **common)
+    else:
+        admission = Admission(outcome=outcomes.FULL, attempt=attempt, **common)
+    return _noted(request, admission)
+
+
+def _noted(request: HttpRequest, admission: Admission) -> Admission:
+    outcomes.record(
+        admission.name, admission.outcome, partition=admission.partition, mode=admission.mode, request=request
+    )
+    seen = getattr(request, "semaphores", None)
+    if seen is None:
+        seen = request.semaphores = {}  # type: ignore[attr-defined]
+    seen[admission.name] = admission
+    request.semaphore = admission  # type: ignore[attr-defined]
+    return admission
+
+
+def skipped(request: HttpRequest, name: str, outcome: str, mode: str = ENFORCE) -> Admission:
+    """Record a request this semaphore does not apply to (not limited, bypassed)."""
+    return _noted(request, Admission(name=name, outcome=outcome, mode=mode))
+
+
+def admit(
+    request: HttpRequest,
+    name: str,
+    *,
+    key: Any = None,
+    wait: float | None = None,
+    weight: int | None = None,
+    mode: str = ENFORCE,
+) -> Admission:
+    """Take a permit of ``name`` for ``request`` (``key=None``: the semaphore's own key setting)."""
+    whole = get_semaphore(name)
+    value = key_for(request, whole.config.key if key is None else key)
+    semaphore = _partition(whole, value)
+    if semaphore is None:
+        return skipped(request, name, outcomes.NOT_LIMITED, mode)
+    try:
+        attempt = semaphore.attempt(**_options(request, mode, wait, weight))
+    except BackendUnavailable as exc:
+        return _decide(request, semaphore, value, mode, None, exc)
+    return _decide(request, semaphore, value, mode, attempt, None)
+
+
+async def aadmit(
+    request: HttpRequest,
+    name: str,
+    *,
+    key: Any = None,
+    wait: float | None = None,
+    weight: int | None = None,
+    mode: str = ENFORCE,
+) -> Admission:
+    """``admit`` on the asyncio client, for async views and the async middleware path."""
+    whole = get_semaphore(name)
+    value = await akey_for(request, whole.config.key if key is None else key)
+    semaphore = _partition(whole, value)
+    if semaphore is None:
+        return skipped(request, name, outcomes.NOT_LIMITED, mode)
+    try:
+        attempt = await semaphore.aattempt(**_options(request, mode, wait, weight))
+    except BackendUnavailable as exc:
+        return _decide(request, semaphore, value, mode, None, exc)
+    return _decide(request, semaphore, value, mode, attempt, None)
+
+
+def release_all(admissions: Sequence[Admission]) -> None:
+    """Release in reverse order of acquisition."""
+    for admission in reversed(admissions):
+        admission.release()
+
+
+async def arelease_all(admissions: Sequence[Admission]) -> None:
+    for admission in reversed(admissions):
+        await admission.arelease()
+
+
+def _abandoned(admissions: Sequence[Admission]) -> None:
+    """A streaming response was dropped without being closed: stop renewing, let leases end."""
+    from .renewal import renewer
+
+    for admission in admissions:
+        if admission.permit is not None and not admission._released:
+            logger.warning("A response holding %r was never closed; its lease will end it.", admission.permit)
+            renewer.forget(admission.permit)
+
+
+def finish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
+    """Release now, or when a streaming response is closed."""
+    if getattr(response, "streaming", False):
+        return hold_until_closed(response, admissions)
+    release_all(admissions)
+    return response
+
+
+async def afinish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
+    if getattr(response, "streaming", False):
+        return hold_until_closed(response, admissions)
+    await arelease_all(admissions)
+    return response
+
+
+def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
+    """Keep the permits until a streaming response has been sent and closed.
+
+    A plain response is complete when the view returns, but a stream (a
+    ``StreamingHttpResponse``, a ``FileResponse``) does its work while it is
+    sent. Servers call ``response.close()`` when they are done with a response
+    (WSGI and ASGI both, and so does the test client); wrapping it releases
+    the permits then, in reverse order. If nobody ever closes the response,
+    a finaliser stops renewing the permits so their leases end on their own
+    instead of being renewed forever.
+    """
+    held = [admission for admission in admissions if admission.permit is not None]
+    if not held:
+        return response
+    close = response.close
+
+    def close_and_release() -> None:
+        try:
+            close()
+        finally:
+            release_all(held)
+
+    response.close = close_and_release  # type: ignore[method-assign]
+    weakref.finalize(response, _abandoned, held)
+    return response

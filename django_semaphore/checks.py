@@ -1,0 +1,291 @@
+"""System checks: misconfiguration fails at ``manage.py check``, not at the first busy request.
+
+Errors:
+
+- E001 ``SEMAPHORE_CONNECTION`` names a cache alias that ``CACHES`` lacks.
+- E002 that cache is not a django-redis cache.
+- E003 that cache's client is sharded (no single server to hold a semaphore).
+- E004 ``SEMAPHORE_CONNECTION`` is neither an alias, a URL nor an importable factory.
+- E005 a ``SEMAPHORES`` entry has a wrong type or range.
+- E006 a key (in ``SEMAPHORES`` or a rule) is of no known kind.
+- E007 a middleware rule names a semaphore ``SEMAPHORES`` does not declare.
+- E008 a middleware rule names a URL the URLconf does not have.
+- E009 a middleware rule is malformed (field, mode, regex, wait, weight).
+- E010 an app-wide ``SEMAPHORE_*`` setting has a wrong value.
+
+Warnings:
+
+- W001 the Redis connection has no socket timeout: a hung Redis would hang requests.
+- W002 middleware rules are set but ``SemaphoreMiddleware`` is not in ``MIDDLEWARE``.
+- W003 ``SemaphoreMiddleware`` runs before ``AuthenticationMiddleware``, so user keys
+  and the bypass predicate see no user.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.urls import URLResolver, get_resolver
+from django.utils.module_loading import import_string
+
+from .admission import MODES
+from .conf import ON_ERROR_CHOICES, app_setting, declared, option_problems
+from .keys import check_prefix
+from .request_keys import key_problem
+from .rules import rule_problems, uses_middleware
+
+APP = "django_semaphore"
+MIDDLEWARE_PATH = "django_semaphore.middleware.SemaphoreMiddleware"
+AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
+DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
+SHARDED_CLIENT = "django_redis.client.ShardClient"
+
+
+def _error(number: int, msg: str, hint: str) -> Error:
+    return Error(msg, hint=hint, id=f"{APP}.E{number:03d}")
+
+
+def _warning(number: int, msg: str, hint: str) -> Warning:
+    return Warning(msg, hint=hint, id=f"{APP}.W{number:03d}")
+
+
+def _importable(path: object) -> bool:
+    if callable(path):
+        return True
+    if not isinstance(path, str):
+        return False
+    try:
+        return callable(import_string(path))
+    except ImportError:
+        return False
+
+
+@register(APP)
+def check_connection(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    setting = app_setting("SEMAPHORE_CONNECTION")
+    if callable(setting):
+        return []
+    if not isinstance(setting, str):
+        return [
+            _error(
+                4,
+                f"SEMAPHORE_CONNECTION must be a string or a callable, not {type(setting).__name__}.",
+                "Use a cache alias from CACHES, a redis:// URL, or the dotted path of a client factory.",
+            )
+        ]
+    if "://" in setting:
+        return _timeout_warnings(parse_qs(urlparse(setting).query), setting)
+    caches = getattr(settings, "CACHES", {})
+    if setting not in caches:
+        if "." in setting:
+            if _importable(setting):
+                return []
+            return [
+                _error(
+                    4,
+                    f"SEMAPHORE_CONNECTION {setting!r} is not a cache alias and does not import a callable.",
+                    "Fix the dotted path of the client factory, or use a cache alias or a redis:// URL.",
+                )
+            ]
+        return [
+            _error(
+                1,
+                f"SEMAPHORE_CONNECTION names the cache {setting!r}, which CACHES does not define.",
+                f"Add {setting!r} to CACHES with BACKEND {DJANGO_REDIS_BACKEND!r}, or point "
+                "SEMAPHORE_CONNECTION at an existing alias or a redis:// URL.",
+            )
+        ]
+    cache = caches[setting]
+    if cache.get("BACKEND") != DJANGO_REDIS_BACKEND:
+        return [
+            _error(
+                2,
+                f"Cache {setting!r} uses {cache.get('BACKEND')!r}, which cannot hand out a Redis client.",
+                f"Use BACKEND {DJANGO_REDIS_BACKEND!r} for this cache, or set SEMAPHORE_CONNECTION to a redis:// URL.",
+            )
+        ]
+    options = cache.get("OPTIONS") or {}
+    if options.get("CLIENT_CLASS") == SHARDED_CLIENT:
+        return [
+            _error(
+                3,
+                f"Cache {setting!r} uses django-redis's ShardClient; a semaphore must live on one server.",
+                "Give the semaphores their own cache alias with the DefaultClient, a redis:// URL, or a "
+                "factory returning a redis.RedisCluster.",
+            )
+        ]
+    return _timeout_warnings(
+        {
+            "socket_timeout": [options.get("SOCKET_TIMEOUT")],
+            "socket_connect_timeout": [options.get("SOCKET_CONNECT_TIMEOUT")],
+        },
+        f"cache {setting!r}",
+    )
+
+
+def _timeout_warnings(options: Mapping[str, list[Any]], where: str) -> list[CheckMessage]:
+    missing = [name for name in ("socket_timeout", "socket_connect_timeout") if not (options.get(name) or [None])[0]]
+    if not missing:
+        return []
+    return [
+        _warning(
+            1,
+            f"The semaphore connection ({where}) sets no {' or '.join(missing)}: a hung Redis would hang "
+            "every guarded request.",
+            "Set short timeouts, e.g. OPTIONS {'SOCKET_CONNECT_TIMEOUT': 0.5, 'SOCKET_TIMEOUT': 2} on a "
+            "django-redis cache, or ?socket_connect_timeout=0.5&socket_timeout=2 on a URL.",
+        )
+    ]
+
+
+@register(APP)
+def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    raw = getattr(settings, "SEMAPHORES", None) or {}
+    if not isinstance(raw, Mapping):
+        return [_error(5, "SEMAPHORES must be a dict of name -> options.", "See README, 'Install into your project'.")]
+    messages: list[CheckMessage] = []
+    for name, options in raw.items():
+        for problem in option_problems(name, options):
+            messages.append(_error(5, problem, "See README, 'Configuration reference'."))
+        if not isinstance(options, Mapping):
+            continue
+        problem = key_problem(options.get("key")) if isinstance(options.get("key"), str) else None
+        if problem:
+            messages.append(_error(6, f"SEMAPHORES[{name!r}]['key']: {problem}", _KEY_HINT))
+        view = options.get("view")
+        if view is not None and not _importable(view):
+            messages.append(
+                _error(5, f"SEMAPHORES[{name!r}]['view'] {view!r} does not import a view.", "Fix the dotted path.")
+            )
+    return messages
+
+
+_KEY_HINT = "Use 'ip', 'user', 'user_or_ip', 'header:<name>', 'get:<param>', a callable or its dotted path."
+
+
+@register(APP)
+def check_app_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
+
+    def bad(setting: str, msg: str, hint: str) -> None:
+        messages.append(_error(10, f"{setting}: {msg}", hint))
+
+    try:
+        check_prefix(app_setting("SEMAPHORE_KEY_PREFIX"))
+    except ValueError as exc:
+        bad("SEMAPHORE_KEY_PREFIX", str(exc), "Use a short prefix such as 'semaphore:'.")
+    if app_setting("SEMAPHORE_ON_ERROR") not in ON_ERROR_CHOICES:
+        bad("SEMAPHORE_ON_ERROR", f"must be one of {ON_ERROR_CHOICES}.", "See README, 'Failure policy'.")
+    for setting in ("SEMAPHORE_DEFAULT_LEASE", "SEMAPHORE_WAITER_TTL"):
+        value = app_setting(setting)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            bad(setting, "must be a number of seconds > 0.", "The default is fine for most sites.")
+    for setting in ("SEMAPHORE_VIEW", "SEMAPHORE_MIDDLEWARE_BYPASS"):
+        value = app_setting(setting)
+        if value is not None and not _importable(value):
+            bad(setting, f"{value!r} does not import a callable.", "Give the dotted path of a function.")
+    meta_key = app_setting("SEMAPHORE_IP_META_KEY")
+    if not (callable(meta_key) or (isinstance(meta_key, str) and ("." not in meta_key or _importable(meta_key)))):
+        bad(
+            "SEMAPHORE_IP_META_KEY",
+            f"{meta_key!r} is neither a request.META key nor an importable callable.",
+            "Use 'REMOTE_ADDR', 'HTTP_X_FORWARDED_FOR' (behind your own proxy), or a function's dotted path.",
+        )
+    for setting, low in (("SEMAPHORE_TRUSTED_PROXIES", 1), ("SEMAPHORE_IPV6_PREFIX", 1)):
+        value = app_setting(setting)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            bad(setting, f"must be an integer >= {low}.", "See README, 'Keys and partitions'.")
+    prefix = app_setting("SEMAPHORE_IPV6_PREFIX")
+    if isinstance(prefix, int) and prefix > 128:
+        bad("SEMAPHORE_IPV6_PREFIX", "must be at most 128.", "64 groups a client's whole /64.")
+    for pattern in _as_list(app_setting("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS")):
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            bad("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS", f"{pattern!r} is not a regular expression: {exc}.", "Fix it.")
+    return messages
+
+
+def _as_list(value: Any) -> list[Any]:
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+def url_names(resolver: URLResolver | None = None, prefix: str = "") -> set[str]:
+    """Every ``namespace:name`` the URLconf can reverse."""
+    resolver = resolver or get_resolver()
+    names = {prefix + key for key in resolver.reverse_dict if isinstance(key, str)}
+    for namespace, (_pattern, sub) in resolver.namespace_dict.items():
+        names |= url_names(sub, f"{prefix}{namespace}:")
+    return names
+
+
+@register(APP, Tags.urls)
+def check_middleware_rules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    raw_rules = app_setting("SEMAPHORE_MIDDLEWARE_RULES") or []
+    if not isinstance(raw_rules, (list, tuple)):
+        return [_error(9, "SEMAPHORE_MIDDLEWARE_RULES must be a list of dicts.", "See README, 'The middleware'.")]
+    messages: list[CheckMessage] = []
+    known_urls: set[str] | None = None
+    for index, raw in enumerate(raw_rules):
+        problems = rule_problems(index, raw)
+        messages += [_error(9, problem, f"Each rule's mode is one of {MODES}.") for problem in problems]
+        if not isinstance(raw, Mapping):
+            continue
+        name = raw.get("semaphore")
+        if isinstance(name, str) and name not in declared():
+            messages.append(
+                _error(
+                    7,
+                    f"SEMAPHORE_MIDDLEWARE_RULES[{index}] names the semaphore {name!r}, which SEMAPHORES lacks.",
+                    f"Declare it in SEMAPHORES or fix the name; declared: {', '.join(declared()) or 'none'}.",
+                )
+            )
+        problem = key_problem(raw.get("key"))
+        if problem:
+            messages.append(_error(6, f"SEMAPHORE_MIDDLEWARE_RULES[{index}]['key']: {problem}", _KEY_HINT))
+        wanted = _as_list(raw.get("url_name"))
+        if wanted:
+            known_urls = url_names() if known_urls is None else known_urls
+            messages += [
+                _error(
+                    8,
+                    f"SEMAPHORE_MIDDLEWARE_RULES[{index}] names the URL {url!r}, which the URLconf does not have.",
+                    "Use the name given to path(..., name=...), with its namespace ('app:name').",
+                )
+                for url in wanted
+                if url not in known_urls
+            ]
+    return messages
+
+
+@register(APP)
+def check_middleware_installed(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
+    if app_setting("SEMAPHORE_MIDDLEWARE_RULES") and not uses_middleware():
+        return [
+            _warning(
+                2,
+                "SEMAPHORE_MIDDLEWARE_RULES is set but SemaphoreMiddleware is not in MIDDLEWARE: no rule applies.",
+                f"Add {MIDDLEWARE_PATH!r} to MIDDLEWARE, after {AUTH_MIDDLEWARE_PATH!r}.",
+            )
+        ]
+    if _before(middleware, MIDDLEWARE_PATH, AUTH_MIDDLEWARE_PATH):
+        return [
+            _warning(
+                3,
+                "SemaphoreMiddleware runs before AuthenticationMiddleware: user keys and the bypass predicate "
+                "see no user.",
+                f"Move {MIDDLEWARE_PATH!r} after {AUTH_MIDDLEWARE_PATH!r}.",
+            )
+        ]
+    return []
+
+
+def _before(middleware: Iterable[str], first: str, second: str) -> bool:
+    order = list(middleware)
+    return first in order and second in order and order.index(first) < order.index(second)

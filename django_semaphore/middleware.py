@@ -1,0 +1,124 @@
+"""``SemaphoreMiddleware``: guard requests by URL name, path or view, from settings.
+
+Put it after ``AuthenticationMiddleware`` (user keys and the bypass
+predicate need ``request.user``). The rules are described in ``rules.py``
+and README, "The middleware".
+
+Several rules may match one request (a per-user limit and a site-wide one):
+their semaphores are taken in one global order (by name), so two requests
+never wait for each other's permits in opposite orders, and given back in
+reverse order. ``process_exception`` stays synchronous (an async one is
+never awaited by Django) and turns a ``SemaphoreFull`` or ``BackendUnavailable``
+raised by a view into the configured 503.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.http import HttpRequest, HttpResponseBase
+
+from . import outcomes
+from .admission import Admission, aadmit, admit, afinish, arelease_all, finish, release_all, skipped
+from .exceptions import BackendUnavailable, SemaphoreFull
+from .responses import add_ratelimit_headers, respond
+from .rules import RequestView, Rule, active_rules, bypass_predicate, exempt_path
+
+GetResponse = Callable[[HttpRequest], Any]
+
+
+def matching_rules(request: HttpRequest) -> list[Rule]:
+    """The rules for this request, one per semaphore, in the global acquisition order."""
+    view = RequestView(request)
+    chosen: dict[str, Rule] = {}
+    for rule in active_rules():
+        if rule.semaphore not in chosen and rule.matches(request, view):
+            chosen[rule.semaphore] = rule
+    return [chosen[name] for name in sorted(chosen)]
+
+
+class SemaphoreMiddleware:
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: GetResponse) -> None:
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.async_mode:
+            return self.__acall__(request)
+        rules = [] if exempt_path(request) else matching_rules(request)
+        if rules and _bypass(request):
+            _record_bypass(request, rules)
+            return self.get_response(request)
+        held: list[Admission] = []
+        for rule in rules:
+            admission = admit(request, rule.semaphore, key=rule.key, wait=rule.wait, weight=rule.weight, mode=rule.mode)
+            held.append(admission)
+            if admission.rejected:
+                release_all(held)
+                return self._rejected(request, held)
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            release_all(held)
+            raise
+        add_ratelimit_headers(response, held)
+        return finish(response, held)
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        rules = [] if exempt_path(request) else matching_rules(request)
+        if rules and await _abypass(request):
+            _record_bypass(request, rules)
+            return await self.get_response(request)
+        held: list[Admission] = []
+        for rule in rules:
+            admission = await aadmit(
+                request, rule.semaphore, key=rule.key, wait=rule.wait, weight=rule.weight, mode=rule.mode
+            )
+            held.append(admission)
+            if admission.rejected:
+                await arelease_all(held)
+                return await sync_to_async(self._rejected)(request, held)
+        try:
+            response = await self.get_response(request)
+        except BaseException:
+            await arelease_all(held)
+            raise
+        add_ratelimit_headers(response, held)
+        return await afinish(response, held)
+
+    def _rejected(self, request: HttpRequest, held: list[Admission]) -> HttpResponseBase:
+        response = respond(request, held[-1].exception())
+        add_ratelimit_headers(response, held)
+        return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponseBase | None:
+        if isinstance(exception, (SemaphoreFull, BackendUnavailable)):
+            return respond(request, exception)
+        return None
+
+
+def _bypass(request: HttpRequest) -> bool:
+    predicate = bypass_predicate()
+    if iscoroutinefunction(predicate):
+        return bool(async_to_sync(predicate)(request))
+    return bool(predicate(request))
+
+
+async def _abypass(request: HttpRequest) -> bool:
+    """The bypass predicate, awaited if async, else in a thread (it may read ``request.user``)."""
+    predicate = bypass_predicate()
+    if iscoroutinefunction(predicate):
+        return bool(await predicate(request))
+    return bool(await sync_to_async(predicate)(request))
+
+
+def _record_bypass(request: HttpRequest, rules: list[Rule]) -> None:
+    for rule in rules:
+        skipped(request, rule.semaphore, outcomes.BYPASSED, rule.mode)

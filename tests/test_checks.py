@@ -1,0 +1,181 @@
+"""System checks: each ID, called directly and through ``manage.py check``."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from django_semaphore import checks
+
+REDIS_CACHE = {
+    "BACKEND": "django_redis.cache.RedisCache",
+    "LOCATION": "redis://127.0.0.1:6379/0",
+    "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 1},
+}
+
+
+def ids(messages) -> list[str]:
+    return [message.id for message in messages]
+
+
+def run_check(**kwargs) -> str:
+    out, err = StringIO(), StringIO()
+    call_command("check", stdout=out, stderr=err, **kwargs)
+    return out.getvalue() + err.getvalue()
+
+
+def test_the_test_settings_pass() -> None:
+    assert "no issues" in run_check()
+
+
+def test_e001_missing_cache_alias(settings) -> None:
+    settings.SEMAPHORE_CONNECTION = "semaphores"
+    [message] = checks.check_connection()
+    assert message.id == "django_semaphore.E001" and "semaphores" in message.msg and message.hint
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E001"):
+        run_check()
+
+
+def test_e002_cache_that_is_not_redis(settings) -> None:
+    settings.CACHES = {**settings.CACHES, "local": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    settings.SEMAPHORE_CONNECTION = "local"
+    assert ids(checks.check_connection()) == ["django_semaphore.E002"]
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E002"):
+        run_check()
+
+
+def test_e003_sharded_client(settings) -> None:
+    sharded = {**REDIS_CACHE, "OPTIONS": {**REDIS_CACHE["OPTIONS"], "CLIENT_CLASS": "django_redis.client.ShardClient"}}
+    settings.CACHES = {**settings.CACHES, "shards": sharded}
+    settings.SEMAPHORE_CONNECTION = "shards"
+    assert ids(checks.check_connection()) == ["django_semaphore.E003"]
+
+
+def test_e004_connection_of_the_wrong_kind(settings) -> None:
+    settings.SEMAPHORE_CONNECTION = 6379
+    assert ids(checks.check_connection()) == ["django_semaphore.E004"]
+    settings.SEMAPHORE_CONNECTION = "myproject.redis.no_such_factory"
+    assert ids(checks.check_connection()) == ["django_semaphore.E004"]
+    settings.SEMAPHORE_CONNECTION = "django_semaphore.testing.free_port"  # any importable callable passes
+    assert checks.check_connection() == []
+
+
+def test_w001_no_socket_timeouts(settings) -> None:
+    settings.CACHES = {**settings.CACHES, "bare": {**REDIS_CACHE, "OPTIONS": {}}}
+    settings.SEMAPHORE_CONNECTION = "bare"
+    [message] = checks.check_connection()
+    assert message.id == "django_semaphore.W001" and "socket_timeout" in message.msg
+    settings.SEMAPHORE_CONNECTION = "redis://127.0.0.1:6379/0"
+    assert ids(checks.check_connection()) == ["django_semaphore.W001"]
+    settings.SEMAPHORE_CONNECTION = "redis://127.0.0.1:6379/0?socket_timeout=1&socket_connect_timeout=0.5"
+    assert checks.check_connection() == []
+    # warnings do not fail `check`, but it reports them
+    settings.SEMAPHORE_CONNECTION = "bare"
+    assert "django_semaphore.W001" in run_check()
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": "3"}, "limit"),
+        ({"limit": 2, "lease": 0}, "lease"),
+        ({"limit": 2, "wait": -1}, "wait"),
+        ({"limit": 2, "weight": 3}, "above its limit"),
+        ({"limit": 2, "on_error": "maybe"}, "on_error"),
+        ({"limit": 2, "view": "tests.views.no_such_view"}, "view"),
+        ({"limit": 2, "key": 42}, "key"),
+        ("four", "dict"),
+    ],
+)
+def test_e005_semaphore_options(settings, options, words: str) -> None:
+    settings.SEMAPHORES = {"broken": options}
+    messages = checks.check_semaphores()
+    assert ids(messages) and set(ids(messages)) == {"django_semaphore.E005"}
+    assert any(words in message.msg for message in messages)
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E005"):
+        run_check()
+
+
+def test_e006_unknown_key_kind(settings) -> None:
+    settings.SEMAPHORES = {"search": {"limit": 2, "key": "usr"}}
+    [message] = checks.check_semaphores()
+    assert message.id == "django_semaphore.E006" and "usr" in message.msg and "user_or_ip" in message.hint
+    settings.SEMAPHORES = {"search": {"limit": 2, "key": "tests.views.no_such_function"}}
+    assert ids(checks.check_semaphores()) == ["django_semaphore.E006"]
+    for good in ("ip", "user", "user_or_ip", "header:X-Api-Key", "get:q", "tests.views.api_key"):
+        settings.SEMAPHORES = {"search": {"limit": 2, "key": good}}
+        assert checks.check_semaphores() == []
+
+
+def test_e007_rule_names_an_unknown_semaphore(settings) -> None:
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "nope"}]
+    [message] = checks.check_middleware_rules()
+    assert message.id == "django_semaphore.E007" and "nope" in message.msg and "reports" in message.hint
+
+
+def test_e008_rule_names_an_unknown_url(settings) -> None:
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "reports", "url_name": ["surface:plain", "surface:nope"]}]
+    [message] = checks.check_middleware_rules()
+    assert message.id == "django_semaphore.E008" and "surface:nope" in message.msg
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "reports", "url_name": "admin:index"}]
+    assert checks.check_middleware_rules() == []
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"semaphore": "reports", "mode": "shadow"},
+        {"semaphore": "reports", "path": "(["},
+        {"semaphore": "reports", "wait": -1},
+        {"semaphore": "reports", "weight": 0},
+        {"semaphore": "reports", "url": "typo"},
+        {"url_name": "surface:plain"},
+        "reports",
+    ],
+)
+def test_e009_malformed_rules(settings, rule) -> None:
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [rule]
+    assert "django_semaphore.E009" in ids(checks.check_middleware_rules())
+
+
+def test_e006_for_a_rule_key(settings) -> None:
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "reports", "key": "cookie:x"}]
+    assert ids(checks.check_middleware_rules()) == ["django_semaphore.E006"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("SEMAPHORE_KEY_PREFIX", "{bad}"),
+        ("SEMAPHORE_ON_ERROR", "sometimes"),
+        ("SEMAPHORE_DEFAULT_LEASE", 0),
+        ("SEMAPHORE_WAITER_TTL", "1"),
+        ("SEMAPHORE_VIEW", "tests.views.no_such_view"),
+        ("SEMAPHORE_MIDDLEWARE_BYPASS", "tests.views.no_such_predicate"),
+        ("SEMAPHORE_IP_META_KEY", "tests.views.no_such_function"),
+        ("SEMAPHORE_TRUSTED_PROXIES", 0),
+        ("SEMAPHORE_IPV6_PREFIX", 129),
+        ("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS", ["(["]),
+    ],
+)
+def test_e010_app_settings(settings, setting: str, value: object) -> None:
+    setattr(settings, setting, value)
+    messages = checks.check_app_settings()
+    assert ids(messages) == ["django_semaphore.E010"] and setting in messages[0].msg
+
+
+def test_w002_rules_without_the_middleware(settings) -> None:
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "reports"}]
+    [message] = checks.check_middleware_installed()
+    assert message.id == "django_semaphore.W002"
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, checks.MIDDLEWARE_PATH]
+    assert checks.check_middleware_installed() == []
+
+
+def test_w003_middleware_before_authentication(settings) -> None:
+    settings.MIDDLEWARE = [checks.MIDDLEWARE_PATH, *settings.MIDDLEWARE]
+    assert ids(checks.check_middleware_installed()) == ["django_semaphore.W003"]

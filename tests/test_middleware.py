@@ -1,0 +1,221 @@
+"""SemaphoreMiddleware: rules, modes, exemptions, stacking, sync and async requests."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from django.test import AsyncClient, Client
+
+from django_semaphore import outcomes
+from django_semaphore.signals import semaphore_released
+
+from .guards import declare, hold, used
+
+MIDDLEWARE = "django_semaphore.middleware.SemaphoreMiddleware"
+
+
+@pytest.fixture(autouse=True)
+def surface(settings) -> None:
+    declare(settings)
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
+    settings.SEMAPHORE_MIDDLEWARE_RULES = []
+    outcomes.reset()
+
+
+def rules(settings, *rules: dict[str, Any]) -> None:
+    settings.SEMAPHORE_MIDDLEWARE_RULES = list(rules)
+
+
+def test_url_name_rule_guards_the_view(client: Client, settings) -> None:
+    rules(settings, {"semaphore": "guarded", "url_name": "surface:plain"})
+    assert client.get("/surface/plain/").json() == {
+        "outcome": "acquired",
+        "limited": False,
+        "used": 1,
+        "semaphores": ["guarded"],
+    }
+    assert used() == 0
+    permit = hold()
+    response = client.get("/surface/plain/")
+    assert response.status_code == 503 and int(response["Retry-After"]) >= 1
+    assert client.get("/surface/health/").status_code == 200  # not matched
+    permit.release()
+
+
+def test_path_rule_and_method_filter(client: Client, settings) -> None:
+    rules(settings, {"semaphore": "guarded", "path": r"^/surface/pl", "methods": ["post"]})
+    permit = hold()
+    assert client.get("/surface/plain/").status_code == 200  # GET is not limited
+    assert client.post("/surface/plain/").status_code == 503
+    permit.release()
+
+
+def test_view_attribute_rule(client: Client, settings) -> None:
+    rules(settings, {"semaphore": "guarded", "view_attribute": "heavy_work"})
+    permit = hold()
+    assert client.get("/surface/heavy/").status_code == 503
+    assert client.get("/surface/plain/").status_code == 200
+    permit.release()
+
+
+def test_a_rule_without_criteria_matches_everything(client: Client, settings) -> None:
+    rules(settings, {"semaphore": "guarded"})
+    permit = hold()
+    assert client.get("/surface/health/").status_code == 503
+    assert client.get("/no-such-page/").status_code == 503  # a site-wide limit covers 404s too
+    permit.release()
+
+
+def test_dry_run_counts_and_logs_but_rejects_nothing(client: Client, settings, caplog) -> None:
+    rules(settings, {"semaphore": "guarded", "url_name": "surface:plain", "mode": "dry-run"})
+    permit = hold()
+    with caplog.at_level("INFO", logger="django_semaphore.requests"):
+        seen = client.get("/surface/plain/").json()
+    assert seen["outcome"] == "dry_run_full" and seen["limited"] is True
+    assert "would reject GET /surface/plain/" in caplog.text
+    permit.release()
+    assert client.get("/surface/plain/").json()["outcome"] == "acquired"  # dry-run still holds permits
+    assert outcomes.counts()["guarded"] == {"acquired": 1, "dry_run_full": 1}
+
+
+def test_off_mode_skips_the_rule(client: Client, settings) -> None:
+    rules(settings, {"semaphore": "guarded", "mode": "off"})
+    permit = hold()
+    assert client.get("/surface/plain/").json()["outcome"] is None
+    permit.release()
+
+
+@pytest.mark.parametrize("predicate", ["tests.views.bypass_internal", "tests.views.bypass_internal_async"])
+def test_exempt_paths_and_bypass_predicate(client: Client, settings, predicate: str) -> None:
+    rules(settings, {"semaphore": "guarded"})
+    settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = [r"^/surface/health/$"]
+    settings.SEMAPHORE_MIDDLEWARE_BYPASS = predicate
+    permit = hold()
+    assert client.get("/surface/health/").status_code == 200
+    assert client.get("/surface/plain/").status_code == 503
+    seen = client.get("/surface/plain/", HTTP_X_INTERNAL="yes").json()
+    assert seen["outcome"] == "bypassed"
+    permit.release()
+    assert outcomes.counts()["guarded"]["bypassed"] == 1
+
+
+@pytest.mark.django_db
+def test_superusers_bypass(client: Client, settings, django_user_model) -> None:
+    rules(settings, {"semaphore": "guarded"})
+    settings.SEMAPHORE_MIDDLEWARE_BYPASS = "tests.views.bypass_superuser"
+    permit = hold()
+    assert client.get("/surface/plain/").status_code == 503
+    client.force_login(django_user_model.objects.create_superuser("root"))
+    assert client.get("/surface/plain/").json()["outcome"] == "bypassed"
+    permit.release()
+
+
+def test_stacked_rules_hold_both_and_release_in_reverse_order(client: Client, settings) -> None:
+    rules(
+        settings,
+        {"semaphore": "sitewide"},  # listed first, taken second: the order is by name
+        {"semaphore": "guarded", "url_name": "surface:both", "key": "ip"},
+    )
+    released: list[str] = []
+
+    def on_release(sender: str, **kwargs: object) -> None:
+        released.append(sender)
+
+    semaphore_released.connect(on_release)
+    try:
+        assert client.get("/surface/both/").json() == {"guarded": 0, "sitewide": 1}
+        # "guarded" is keyed by ip here, so its whole-semaphore count stays 0; check the partition
+        assert released == ["sitewide", "guarded"]
+    finally:
+        semaphore_released.disconnect(on_release)
+    assert used("sitewide") == 0 and used("guarded", "127.0.0.1") == 0
+
+
+def test_a_rejection_by_a_later_rule_gives_back_the_earlier_permits(client: Client, settings) -> None:
+    rules(settings, {"semaphore": "sitewide"}, {"semaphore": "guarded"})
+    permit = hold()
+    assert client.get("/surface/both/").status_code == 503
+    assert used("sitewide") == 0
+    permit.release()
+
+
+def test_process_exception_turns_semaphore_full_into_503(client: Client) -> None:
+    permit = hold()
+    response = client.get("/surface/full-inside/", headers={"Accept": "application/json"})
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/problem+json"
+    assert int(response["Retry-After"]) >= 1
+    permit.release()
+
+
+def test_ratelimit_headers_list_every_semaphore(client: Client, settings) -> None:
+    settings.SEMAPHORE_RATELIMIT_HEADERS = True
+    rules(settings, {"semaphore": "sitewide"}, {"semaphore": "guarded"})
+    response = client.get("/surface/both/")
+    assert response["RateLimit-Policy"] == (
+        '"guarded";q=1;qu="concurrent-requests", "sitewide";q=5;qu="concurrent-requests"'
+    )
+    assert response["RateLimit"] == '"guarded";r=0, "sitewide";r=4'
+
+
+def test_middleware_and_decorator_together(client: Client, settings) -> None:
+    rules(settings, {"semaphore": "sitewide"})
+    seen = client.get("/surface/guarded/").json()
+    assert seen["semaphores"] == ["guarded", "sitewide"]
+    assert used("sitewide") == 0 and used() == 0
+
+
+def test_streaming_through_the_middleware_holds_until_closed(client: Client, settings) -> None:
+    rules(settings, {"semaphore": "sitewide"})
+    response = client.get("/surface/streaming/")
+    assert used("sitewide") == 1 and used() == 1
+    assert b"".join(response.streaming_content) == b"one two three"
+    assert used("sitewide") == 0 and used() == 0
+
+
+# -- the async path (ASGI handler, AsyncClient) -------------------------------
+
+
+def test_async_requests_use_the_async_path(settings) -> None:
+    rules(settings, {"semaphore": "guarded", "url_name": "surface:plain-async"})
+
+    async def scenario() -> None:
+        client = AsyncClient()
+        response = await client.get("/surface/plain-async/")
+        assert response.json() == {"outcome": "acquired", "used": 1}
+        permit = hold()
+        assert (await client.get("/surface/plain-async/")).status_code == 503
+        permit.release()
+
+    asyncio.run(scenario())
+    assert used() == 0
+
+
+@pytest.mark.parametrize("predicate", ["tests.views.bypass_internal", "tests.views.bypass_internal_async"])
+def test_async_bypass_and_exemptions(settings, predicate: str) -> None:
+    rules(settings, {"semaphore": "guarded"})
+    settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = [r"^/surface/health/"]
+    settings.SEMAPHORE_MIDDLEWARE_BYPASS = predicate
+
+    async def scenario() -> None:
+        client = AsyncClient()
+        permit = hold()
+        assert (await client.get("/surface/health/")).status_code == 200
+        assert (await client.get("/surface/plain-async/")).status_code == 503
+        bypassed = await client.get("/surface/plain-async/", headers={"X-Internal": "yes"})
+        assert bypassed.json()["outcome"] == "bypassed"
+        permit.release()
+
+    asyncio.run(scenario())
+
+
+def test_async_process_exception() -> None:
+    async def scenario() -> None:
+        permit = hold()
+        response = await AsyncClient().get("/surface/full-inside/")
+        assert response.status_code == 503
+        permit.release()
+
+    asyncio.run(scenario())
