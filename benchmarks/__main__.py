@@ -1,0 +1,103 @@
+"""``python -m benchmarks [--quick] [--json] [--only cycle,contended,...]``
+
+Runs each benchmark against a server of its own (or ``REDIS_URL``), prints a
+table of the figures next to the targets in shared/PRODUCT.md, and with
+``--json`` one JSON object instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .runtime import Bench, fresh_redis, machine, setup_django
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long and how often: the full run, or ``--quick`` (under a minute)."""
+
+    cycle_seconds: float
+    repeats: int
+    processes: int
+    contended_seconds: float
+    contended_repeats: int
+    handoff_samples: int
+    scale_seconds: float
+    web_seconds: float
+    async_seconds: float
+
+
+FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0)
+QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5)
+
+
+def benchmarks(plan: Plan, processes: int) -> dict[str, Callable[[Bench], dict[str, Any]]]:
+    from . import concurrency, contended, cycle, handoff, scale, web
+
+    return {
+        "cycle": lambda b: cycle.run(b, plan.cycle_seconds, plan.repeats),
+        "contended": lambda b: contended.run(b, processes, plan.contended_seconds, plan.contended_repeats),
+        "handoff": lambda b: handoff.run(b, plan.handoff_samples),
+        "scale": lambda b: scale.run(b, plan.scale_seconds, plan.repeats),
+        "web": lambda b: web.run(b, plan.web_seconds, plan.repeats),
+        "async": lambda b: concurrency.run(b, plan.async_seconds, plan.repeats),
+    }
+
+
+def run(names: list[str], plan: Plan, processes: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    results: dict[str, Any] = {"machine": machine(), "mode": "quick" if plan is QUICK else "full"}
+    started = time.monotonic()
+    for name, benchmark in benchmarks(plan, processes).items():
+        if name not in names:
+            continue
+        progress(f"{name}...")
+        try:
+            with fresh_redis() as bench:
+                results["server"] = bench.server_version
+                results.update(benchmark(bench))
+        except Exception as exc:  # one broken benchmark must not hide the others' figures
+            results[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
+            progress(traceback.format_exc())
+    results["seconds"] = round(time.monotonic() - started, 1)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter and fewer repeats: under a minute")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown (for README)")
+    parser.add_argument("--only", default="", help="comma-separated: cycle,contended,handoff,scale,web,async")
+    parser.add_argument("--processes", type=int, default=0, help="contended processes (default 12; 4 with --quick)")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    everything = ["cycle", "contended", "handoff", "scale", "web", "async"]
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or everything
+    unknown = set(names) - set(everything)
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    setup_django()
+    from .report import markdown, print_table
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    results = run(names, plan, args.processes or plan.processes, progress)
+    if args.json:
+        print(json.dumps(results, indent=2, default=str))
+    elif args.markdown:
+        print(markdown(results))
+    else:
+        print_table(results)
+    return 1 if any(key.endswith("_error") for key in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

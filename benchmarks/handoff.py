@@ -1,0 +1,70 @@
+"""Hand-off: with the semaphore full and one waiter in line, release() returning -> the waiter holding.
+
+The waiter is another process; both read CLOCK_MONOTONIC, which on Linux is
+one clock for the whole host, so the two readings can be subtracted. The
+release pushes a wake-up note inside its script, so the waiter is already on
+its way while the release reply travels back: the floor is about one round
+trip (the waiter's acquire).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import time
+from typing import Any
+
+from .runtime import Bench, now_ns, percentile, ping_rtt, setup_django
+
+
+def waiter(conn: Any, samples: int) -> None:
+    setup_django()
+    from django_semaphore import get_semaphore
+
+    semaphore = get_semaphore("handoff")
+    conn.send("ready")
+    for _ in range(samples):
+        conn.recv()
+        permit = semaphore.acquire(wait=10, auto_renew=False)
+        conn.send(now_ns())
+        permit.release()
+
+
+def run(bench: Bench, samples: int) -> dict[str, Any]:
+    from django_semaphore import get_semaphore
+
+    semaphore = get_semaphore("handoff")
+    rtt = ping_rtt(bench.client)
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    process = context.Process(target=waiter, args=(theirs, samples), daemon=True)
+    process.start()
+    delays: list[float] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not ours.poll(0.2):
+            if not process.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the waiter process did not start")
+        ours.recv()
+        for _ in range(samples):
+            permit = semaphore.acquire(wait=10, auto_renew=False)  # the waiter gives it back each time
+            ours.send("go")
+            while semaphore.status(max_holders=0).waiting < 1:
+                time.sleep(0.001)
+            time.sleep(0.003)  # let it get from joining the line to blocking on its wake list
+            permit.release()
+            released = now_ns()
+            delays.append((ours.recv() - released) / 1e9)
+    finally:
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+    p50, p99 = statistics.median(delays), percentile(delays, 0.99)
+    return {
+        "handoff_samples": samples,
+        "ping_rtt_ms": rtt * 1000,
+        "handoff_p50_ms": p50 * 1000,
+        "handoff_p99_ms": p99 * 1000,
+        "handoff_p50_rtt": p50 / rtt,
+        "handoff_p99_rtt": p99 / rtt,
+    }

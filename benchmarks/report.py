@@ -1,0 +1,125 @@
+"""The figures as a rich table on the terminal, or as Markdown for README."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+# key, label, target test, target text, format
+Check = Callable[[float], bool]
+HEADLINES: list[tuple[str, str, Check | None, str, str]] = [
+    ("cycle_ratio_vs_2ping", "cycle: acquire+release vs 2 PINGs", lambda v: v >= 0.85, ">= 0.85", "{:.2f}"),
+    ("cycle_wait_ratio_vs_2ping", "cycle, waiting path (wait>0), nobody waiting", None, "", "{:.2f}"),
+    ("cycle_auto_renew_ratio_vs_2ping", "cycle with auto_renew on (default)", None, "", "{:.2f}"),
+    ("cycle_2empty_scripts_ratio_vs_2ping", "floor: 2 empty scripts, same args, vs 2 PINGs", None, "", "{:.2f}"),
+    ("cycle_ratio_vs_2empty_scripts", "cycle vs 2 empty scripts", None, "", "{:.2f}"),
+    ("contended_over_limit", "contended: entries over the limit (ours)", lambda v: v == 0, "0", "{:.0f}"),
+    (
+        "contended_entries_ratio_vs_best_safe_peer",
+        "contended: vs fastest 0-violation recipe",
+        lambda v: v >= 3,
+        ">= 3",
+        "{:.2f}x",
+    ),
+    (
+        "contended_entries_ratio_vs_best_unsafe_peer",
+        "contended: vs fastest unsafe recipe",
+        lambda v: v > 1,
+        "> 1",
+        "{:.2f}x",
+    ),
+    ("contended_entries_ratio_vs_best_peer", "contended: vs fastest recipe", None, "", "{:.2f}x"),
+    ("contended_limit1_ratio_vs_best_lock", "contended, limit 1: vs fastest lock library", None, "", "{:.2f}x"),
+    ("handoff_p50_rtt", "hand-off p50, in PING round trips", lambda v: v <= 2, "<= 2", "{:.1f}"),
+    ("handoff_p99_rtt", "hand-off p99, in PING round trips", None, "", "{:.1f}"),
+    ("scale_1k_holders_ratio", "scale: cost with 1,000 holders / 10", None, "", "{:.2f}"),
+    ("scale_10k_holders_ratio", "scale: cost with 10,000 holders / 10", lambda v: v <= 1.5, "<= 1.5", "{:.2f}"),
+    ("scale_1k_waiters_ratio", "scale: cost with 1,000 waiters / 10 holders", None, "", "{:.2f}"),
+    ("bytes_per_holder", "Redis memory per holder (bytes)", None, "", "{:.0f}"),
+    ("middleware_added_rtt", "web: added latency per request, in RTTs", lambda v: v <= 3, "<= 3", "{:.1f}"),
+    ("async_ratio_vs_threads", "async: 100 tasks vs 100 threads", None, "", "{:.2f}"),
+]
+
+
+def headline_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for key, label, check, target, fmt in HEADLINES:
+        value = results.get(key)
+        if value is None:
+            continue
+        verdict = "" if check is None else ("met" if check(value) else "missed")
+        rows.append((label, fmt.format(value), target, verdict))
+    return rows
+
+
+def peer_rows(results: dict[str, Any]) -> list[tuple[str, ...]]:
+    peers = results.get("contended_peers") or {}
+    rows = []
+    for kind, figures in peers.items():
+        rows.append(
+            (
+                kind,
+                str(figures["limit"]),
+                figures["round_trips"],
+                f"{figures['entries_per_s']:.0f}",
+                f"{figures['over_limit']} ({figures['over_limit_pct']:.2f}%)",
+            )
+        )
+    return rows
+
+
+def context_lines(results: dict[str, Any]) -> list[str]:
+    m = results.get("machine", {})
+    lines = [
+        f"{m.get('nproc')} CPUs ({m.get('cpu')}), Python {m.get('python')}, {results.get('server', '?')}, "
+        f"{results.get('mode')} run, {results.get('seconds')} s"
+    ]
+    if "ping_rtt_ms" in results:
+        lines.append(f"PING round trip: {results['ping_rtt_ms'] * 1000:.0f} us (median, loopback)")
+    if "contended_processes" in results:
+        lines.append(
+            f"contended: {results['contended_processes']} processes, {results['contended_seconds']} s per round, "
+            f"{results['contended_repeats']} round(s); medians of entries/s"
+        )
+    if "web_guard" in results:
+        lines.append(
+            f"web: guard = {results['web_guard']}; bare {results['web_bare_rps']:.0f} req/s, "
+            f"guarded {results['web_guarded_rps']:.0f} req/s (+{results['web_added_ms'] * 1000:.0f} us per request)"
+        )
+    lines += [f"{key}: {value}" for key, value in results.items() if key.endswith(("_error", "_skipped"))]
+    return lines
+
+
+def print_table(results: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="django-semaphore benchmarks")
+    for column in ("measure", "value", "target", ""):
+        table.add_column(column)
+    for label, value, target, verdict in headline_rows(results):
+        style = {"met": "green", "missed": "red"}.get(verdict, "")
+        table.add_row(label, value, target, f"[{style}]{verdict}[/]" if style else "")
+    console.print(table)
+    peers = peer_rows(results)
+    if peers:
+        table = Table(title="contended: one semaphore, many processes")
+        for column in ("contender", "limit", "round trips per acquire", "entries/s", "entries over the limit"):
+            table.add_column(column)
+        for row in peers:
+            table.add_row(*row)
+        console.print(table)
+    for line in context_lines(results):
+        console.print(line)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = ["| measure | value | target | |", "|---|---|---|---|"]
+    lines += [f"| {' | '.join(row)} |" for row in headline_rows(results)]
+    peers = peer_rows(results)
+    if peers:
+        lines += ["", "| contender | limit | round trips per acquire | entries/s | entries over the limit |"]
+        lines += ["|---|---|---|---|---|"] + [f"| {' | '.join(row)} |" for row in peers]
+    lines += [""] + [f"- {line}" for line in context_lines(results)]
+    return "\n".join(lines)

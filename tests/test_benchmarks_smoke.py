@@ -1,0 +1,57 @@
+"""The benchmark harness and its peer recipes work (behaviour only: speed is never asserted here)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from benchmarks import contended, handoff, peers
+from benchmarks import settings as bench_settings
+from benchmarks.__main__ import Plan, run
+from benchmarks.runtime import Bench, fresh_redis
+
+TINY = Plan(0.05, 1, 2, 0.3, 1, 3, 0.05, 0.5, 0.1)
+
+
+@pytest.fixture
+def bench(redis_server, settings) -> Iterator[Bench]:
+    settings.SEMAPHORES = bench_settings.SEMAPHORES
+    with fresh_redis() as bench:
+        yield bench
+
+
+@pytest.mark.parametrize("recipe", [peers.TimestampZset, peers.FairZset, peers.LockedFairZset])
+def test_recipes_admit_up_to_the_limit_when_uncontended(bench: Bench, recipe: type[peers.TryRecipe]) -> None:
+    client = redis.Redis.from_url(bench.url)
+    contender = recipe(client, bench.prefix + "{recipe}", 2)
+    first, second = contender.try_acquire(), contender.try_acquire()
+    assert first and second
+    assert contender.try_acquire() is None
+    contender.leave(first)
+    assert contender.try_acquire() is not None
+
+
+def test_contended_runs_every_contender_and_reports_the_keys(bench: Bench) -> None:
+    figures = contended.run(bench, processes=2, duration=0.3, repeats=1)
+    assert set(figures["contended_peers"]) == set(peers.KINDS)
+    assert all(f["entries_per_s"] > 0 for f in figures["contended_peers"].values())
+    assert figures["contended_over_limit"] == 0
+    assert figures["contended_peers"]["ours-limit-1"]["over_limit"] == 0
+    assert figures["contended_entries_ratio_vs_best_peer"] > 0
+
+
+def test_handoff_reports_percentiles_in_round_trips(bench: Bench) -> None:
+    figures = handoff.run(bench, samples=3)
+    assert figures["handoff_p99_rtt"] >= figures["handoff_p50_rtt"]
+
+
+def test_harness_returns_one_json_object(redis_server, settings) -> None:
+    settings.SEMAPHORES = bench_settings.SEMAPHORES
+    results = run(["cycle"], TINY, TINY.processes, progress=lambda message: None)
+    decoded = json.loads(json.dumps(results))
+    assert decoded["cycle_ratio_vs_2ping"] > 0
+    assert decoded["machine"]["nproc"] >= 1
+    assert not [key for key in decoded if key.endswith("_error")]
