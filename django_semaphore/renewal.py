@@ -35,12 +35,18 @@ class Renewer:
         self._wakeup = threading.Condition()
         self._thread: threading.Thread | None = None
         self._pid = 0
+        # When the thread will next look on its own; waking it earlier is only
+        # needed for a permit due before then (rare: leases are alike), which
+        # keeps short-lived permits from paying a thread switch each.
+        self._asleep_until = 0.0
 
     def track(self, permit: Permit) -> None:
+        due_at = time.monotonic() + permit.lease / 3
         with self._wakeup:
-            self._due[permit] = time.monotonic() + permit.lease / 3
+            self._due[permit] = due_at
             self._ensure_thread()
-            self._wakeup.notify()
+            if due_at < self._asleep_until:
+                self._wakeup.notify()
 
     def forget(self, permit: Permit) -> None:
         with self._wakeup:
@@ -63,8 +69,9 @@ class Renewer:
                 now = time.monotonic()
                 due = [p for p, at in self._due.items() if at <= now]
                 if not due:
-                    next_at = min(self._due.values(), default=now + 60)
-                    self._wakeup.wait(timeout=max(next_at - now, 0.01))
+                    self._asleep_until = max(min(self._due.values(), default=now + 60), now + 0.01)
+                    self._wakeup.wait(timeout=self._asleep_until - now)
+                    self._asleep_until = 0.0
                     continue
             self._renew(due)
 
