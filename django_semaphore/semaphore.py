@@ -16,7 +16,7 @@ import redis.exceptions
 
 from . import scripts, signals
 from .conf import SemaphoreConfig, declared, key_prefix
-from .connection import get_async_client, get_client, socket_timeout
+from .connection import aclient, get_client, socket_timeout
 from .exceptions import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit
 from .flow import BlockOnWake, FlowResult, RunScript, acquire_flow
 from .keys import SemaphoreKeys, hash_partition
@@ -201,7 +201,7 @@ class Semaphore:
         """``attempt`` on the asyncio client, for async views and tasks."""
         token, weight, lease, flow = self._plan(wait, weight, lease, identity, label, metadata)
         with self._backend():
-            client = get_async_client()
+            client = await aclient()
             await self._aregister_partition(client)
             result = await _adrive(client, flow, socket_timeout(client))
         return self._finish(token, weight, lease, result, auto_renew, on_lost)
@@ -254,7 +254,7 @@ class Semaphore:
 
     async def _arelease(self, token: str) -> bool:
         with self._backend():
-            return bool((await scripts.arun(get_async_client(), "release", *self._release_call(token)))[0])
+            return bool((await scripts.arun(await aclient(), "release", *self._release_call(token)))[0])
 
     def _renew_call(self, token: str, lease: float) -> tuple[list[str], list[Any]]:
         return [self.keys.holders, self.keys.info, self.keys.state], [token, int(lease * 1000)]
@@ -266,7 +266,7 @@ class Semaphore:
 
     async def _arenew(self, token: str, lease: float) -> int | None:
         with self._backend():
-            ok, deadline, _ = await scripts.arun(get_async_client(), "renew", *self._renew_call(token, lease))
+            ok, deadline, _ = await scripts.arun(await aclient(), "renew", *self._renew_call(token, lease))
         return int(deadline) if ok else None
 
     # -- inspection and operator actions ---------------------------------
@@ -293,7 +293,7 @@ class Semaphore:
     async def astatus(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
         with self._backend():
             reply = await scripts.arun(
-                get_async_client(), "status", self.keys.common, self._status_args(max_holders, history)
+                await aclient(), "status", self.keys.common, self._status_args(max_holders, history)
             )
         return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply)
 
