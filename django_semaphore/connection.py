@@ -146,10 +146,9 @@ async def aclient() -> Any:
     redis-py 8.1), so it is initialised once, up front, per event loop.
     """
     client = get_async_client()
-    if isinstance(client, redis.asyncio.cluster.RedisCluster):
-        if client not in _ready_clusters:
-            await client.initialize()
-            _ready_clusters.add(client)
+    if isinstance(client, redis.asyncio.cluster.RedisCluster) and client not in _ready_clusters:
+        await client.initialize()
+        _ready_clusters.add(client)
     return client
 
 

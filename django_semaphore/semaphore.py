@@ -7,7 +7,7 @@ import os
 import secrets
 import socket
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -388,11 +388,23 @@ def _text(value: Any) -> str:
 
 def _drive(client: Any, flow: Any, read_timeout: float | None) -> FlowResult:
     step = next(flow)
+    leave: RunScript | None = None
     while True:
-        if isinstance(step, RunScript):
-            reply = scripts.run(client, step.name, step.keys, step.args)
-        else:
-            reply = client.blpop([step.key], timeout=_cap(step, read_timeout))
+        try:
+            if isinstance(step, RunScript):
+                reply = scripts.run(client, step.name, step.keys, step.args)
+            else:
+                leave = step.leave
+                reply = client.blpop([step.key], timeout=_cap(step, read_timeout))
+        except OUTAGE_ERRORS:
+            # A waiter cut off mid-wait tries once to leave the line, or its
+            # place would hold up everyone behind it until its heartbeat
+            # lapses; if Redis is really gone this fails too, and the
+            # heartbeat deadline does the job.
+            if leave is not None:
+                with suppress(*OUTAGE_ERRORS):
+                    scripts.run(client, leave.name, leave.keys, leave.args)
+            raise
         try:
             step = flow.send(reply)
         except StopIteration as done:
@@ -401,11 +413,19 @@ def _drive(client: Any, flow: Any, read_timeout: float | None) -> FlowResult:
 
 async def _adrive(client: Any, flow: Any, read_timeout: float | None) -> FlowResult:
     step = next(flow)
+    leave: RunScript | None = None
     while True:
-        if isinstance(step, RunScript):
-            reply = await scripts.arun(client, step.name, step.keys, step.args)
-        else:
-            reply = await client.blpop([step.key], timeout=_cap(step, read_timeout))
+        try:
+            if isinstance(step, RunScript):
+                reply = await scripts.arun(client, step.name, step.keys, step.args)
+            else:
+                leave = step.leave
+                reply = await client.blpop([step.key], timeout=_cap(step, read_timeout))
+        except OUTAGE_ERRORS:
+            if leave is not None:
+                with suppress(*OUTAGE_ERRORS):
+                    await scripts.arun(client, leave.name, leave.keys, leave.args)
+            raise
         try:
             step = flow.send(reply)
         except StopIteration as done:

@@ -73,7 +73,7 @@ class ServerCluster:
             for index, client in enumerate(clients):
                 last = SLOTS - 1 if index == len(clients) - 1 else (index + 1) * share - 1
                 client.execute_command("CLUSTER ADDSLOTSRANGE", index * share, last)
-            for node, bus in zip(self.nodes[1:], self.bus_ports[1:]):
+            for node, bus in zip(self.nodes[1:], self.bus_ports[1:], strict=False):
                 clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port, bus)
             for client in clients:
                 wait_for(lambda c=client: _cluster_ok(c, len(clients)), what="cluster_state:ok")
@@ -193,7 +193,7 @@ def _good_replicas(sentinel: redis.Redis) -> int:
     replicas = sentinel.execute_command("SENTINEL REPLICAS", SERVICE)
     good = 0
     for row in replicas:
-        fields = dict(zip(row[::2], row[1::2])) if isinstance(row, list) else row
+        fields = dict(zip(row[::2], row[1::2], strict=False)) if isinstance(row, list) else row
         flags = fields.get(b"flags", fields.get("flags", b""))
         flags = flags.decode() if isinstance(flags, bytes) else str(flags)
         if "s_down" not in flags and "disconnected" not in flags:
