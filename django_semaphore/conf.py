@@ -24,6 +24,8 @@ APP_DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_ON_ERROR": "allow",
     "SEMAPHORE_DEFAULT_LEASE": 60.0,
     "SEMAPHORE_WAITER_TTL": 1.0,
+    # Seconds a keyed semaphore's partition keeps its keys after its last lease ends.
+    "SEMAPHORE_PARTITION_IDLE": 86400.0,
 }
 
 

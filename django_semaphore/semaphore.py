@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any
 import redis.exceptions
 
 from . import scripts, signals
-from .conf import SemaphoreConfig, declared, key_prefix
+from .conf import SemaphoreConfig, app_setting, declared, key_prefix
 from .connection import aclient, get_client, socket_timeout
 from .exceptions import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit
 from .flow import BlockOnWake, FlowResult, RunScript, acquire_flow
@@ -118,6 +119,7 @@ class Semaphore:
             self.keys.base,
             self._wake_ttl_ms,
             *self._history_args,
+            self._idle_ms,
         ]
         cancel_args = [token, self.config.limit, self.keys.base, self._wake_ttl_ms]
         flow = acquire_flow(
@@ -134,6 +136,11 @@ class Semaphore:
     @property
     def _history_args(self) -> list[int]:
         return [0 if self.partition else HISTORY_EVERY_MS, HISTORY_KEEP]
+
+    @property
+    def _idle_ms(self) -> int:
+        """How long a partition's keys outlive its last lease (whole semaphores: forever)."""
+        return int(app_setting("SEMAPHORE_PARTITION_IDLE") * 1000) if self.partition else 0
 
     @property
     def _wake_ttl_ms(self) -> int:
@@ -182,8 +189,8 @@ class Semaphore:
         token, weight, lease, flow = self._plan(wait, weight, lease, identity, label, metadata)
         with self._backend():
             client = get_client()
-            self._register_partition(client)
             result = _drive(client, flow, socket_timeout(client))
+            self._register_partition(client)
         return self._finish(token, weight, lease, result, auto_renew, on_lost)
 
     async def aattempt(
@@ -202,8 +209,8 @@ class Semaphore:
         token, weight, lease, flow = self._plan(wait, weight, lease, identity, label, metadata)
         with self._backend():
             client = await aclient()
-            await self._aregister_partition(client)
             result = await _adrive(client, flow, socket_timeout(client))
+            await self._aregister_partition(client)
         return self._finish(token, weight, lease, result, auto_renew, on_lost)
 
     def acquire(self, **options: Any) -> Permit | None:
@@ -246,7 +253,14 @@ class Semaphore:
     # -- holder operations (used by Permit) ------------------------------
 
     def _release_call(self, token: str) -> tuple[list[str], list[Any]]:
-        return self.keys.common, [token, self.config.limit, self.keys.base, self._wake_ttl_ms, *self._history_args]
+        return self.keys.common, [
+            token,
+            self.config.limit,
+            self.keys.base,
+            self._wake_ttl_ms,
+            *self._history_args,
+            self._idle_ms,
+        ]
 
     def _release(self, token: str) -> bool:
         with self._backend():
@@ -257,7 +271,7 @@ class Semaphore:
             return bool((await scripts.arun(await aclient(), "release", *self._release_call(token)))[0])
 
     def _renew_call(self, token: str, lease: float) -> tuple[list[str], list[Any]]:
-        return [self.keys.holders, self.keys.info, self.keys.state], [token, int(lease * 1000)]
+        return [self.keys.holders, self.keys.info, self.keys.state], [token, int(lease * 1000), self._idle_ms]
 
     def _renew(self, token: str, lease: float) -> int | None:
         with self._backend():
@@ -279,6 +293,7 @@ class Semaphore:
             self._wake_ttl_ms,
             *self._history_args,
             1 if history else 0,
+            self._idle_ms,
         ]
 
     def status(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
@@ -311,7 +326,7 @@ class Semaphore:
                 get_client(),
                 "force_release",
                 self.keys.common,
-                [token, self.config.limit, self.keys.base, self._wake_ttl_ms, *self._history_args],
+                [token, self.config.limit, self.keys.base, self._wake_ttl_ms, *self._history_args, self._idle_ms],
             )
         return [t.decode() if isinstance(t, bytes) else str(t) for t in released]
 
@@ -330,35 +345,61 @@ class Semaphore:
             )
 
     def partitions(self) -> dict[str, str]:
-        """Partitions seen so far of a keyed semaphore: hash -> key (shortened)."""
+        """Partitions of a keyed semaphore in use lately: hash -> key (shortened).
+
+        Entries whose partition keys have expired (idle longer than
+        ``SEMAPHORE_PARTITION_IDLE``) are pruned from the registry here.
+        """
+        registry = SemaphoreKeys.partitions_of(key_prefix(), self.name)
         with self._backend():
-            raw = get_client().hgetall(SemaphoreKeys.partitions_of(key_prefix(), self.name))
-        return {_text(k): _text(v) for k, v in raw.items()}
+            client = get_client()
+            raw = {_text(k): _text(v) for k, v in client.hgetall(registry).items()}
+            pipe = client.pipeline(transaction=False)
+            for partition in raw:
+                pipe.exists(SemaphoreKeys.build(key_prefix(), self.name, partition).state)
+            alive = pipe.execute() if raw else []
+            gone = [partition for partition, exists in zip(raw, alive, strict=True) if not exists]
+            if gone:
+                client.hdel(registry, *gone)
+        return {partition: label for partition, label in raw.items() if partition not in gone}
 
     # -- plumbing ---------------------------------------------------------
 
     def _partition_record(self) -> tuple[str, str, str] | None:
+        """What to write in the registry, or None if this process did so lately."""
         if self.partition is None or self.key is None:
             return None
-        record = (
-            SemaphoreKeys.partitions_of(key_prefix(), self.name),
-            self.partition,
-            str(self.key)[:PARTITION_LABEL_LIMIT],
-        )
-        if record[:2] in _registered:
+        registry = SemaphoreKeys.partitions_of(key_prefix(), self.name)
+        seen = _registered.get((registry, self.partition))
+        if seen is not None and time.monotonic() - seen < app_setting("SEMAPHORE_PARTITION_IDLE") / 2:
             return None
-        return record
+        return registry, self.partition, str(self.key)[:PARTITION_LABEL_LIMIT]
+
+    def _registry_writes(self, pipe: Any, record: tuple[str, str, str]) -> None:
+        # The registry lives as long as partitions keep being seen; stale
+        # entries (their partition expired) are pruned by partitions().
+        pipe.hset(*record)
+        pipe.pexpire(record[0], int(app_setting("SEMAPHORE_PARTITION_IDLE") * 2000))
 
     def _register_partition(self, client: Any) -> None:
+        """Best effort, after the acquire: the registry only feeds operators' listings."""
         record = self._partition_record()
-        if record is not None:
-            client.hset(*record)
+        if record is None:
+            return
+        with suppress(*OUTAGE_ERRORS):
+            pipe = client.pipeline(transaction=False)
+            self._registry_writes(pipe, record)
+            pipe.execute()
             _remember(record[:2])
 
     async def _aregister_partition(self, client: Any) -> None:
         record = self._partition_record()
-        if record is not None:
-            await client.hset(*record)
+        if record is None:
+            return
+        with suppress(*OUTAGE_ERRORS):
+            pipe = client.pipeline(transaction=False)
+            self._registry_writes(pipe, record)
+            await pipe.execute()
             _remember(record[:2])
 
     @contextmanager
@@ -370,16 +411,18 @@ class Semaphore:
             raise BackendUnavailable(f"Redis unavailable for semaphore {self.name!r}: {exc}") from exc
 
 
-# Partitions this process has already recorded in the registry, so the
-# registry costs one extra call per partition per process, not per acquire.
-_registered: dict[tuple[str, str], None] = {}
+# Partitions this process has recorded in the registry, and when: the
+# registry costs one extra call per partition per process every half idle
+# period, not one per acquire.
+_registered: dict[tuple[str, str], float] = {}
 REGISTERED_MEMORY = 10_000
 
 
 def _remember(entry: tuple[str, str]) -> None:
+    _registered.pop(entry, None)
     if len(_registered) >= REGISTERED_MEMORY:
         _registered.pop(next(iter(_registered)))
-    _registered[entry] = None
+    _registered[entry] = time.monotonic()
 
 
 def _text(value: Any) -> str:
