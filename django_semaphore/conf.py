@@ -6,6 +6,7 @@ hold app-wide defaults. Nothing here is cached at import time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,9 +50,21 @@ def key_prefix() -> str:
         raise ImproperlyConfigured(str(exc)) from exc
 
 
+# Upper bounds that keep every number exact in Lua (whose numbers print as
+# "%.14g") and every duration a valid Redis expiry in ms.
+MAX_SECONDS = 10 * 365 * 86400
+MAX_LIMIT = 10**9
+
+
 def _number(options: Mapping[str, Any], name: str) -> bool:
+    """A finite number of seconds (NaN and infinity would reach Redis as garbage)."""
     value = options.get(name)
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value <= MAX_SECONDS
+    )
 
 
 def option_problems(name: object, options: object) -> list[str]:
@@ -68,12 +81,12 @@ def option_problems(name: object, options: object) -> list[str]:
     if not isinstance(options, Mapping):
         return [*problems, f"SEMAPHORES[{name!r}] must be a dict of options."]
     limit = options.get("limit")
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        problems.append(f"SEMAPHORES[{name!r}]['limit'] must be an integer >= 1 (got {limit!r}).")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+        problems.append(f"SEMAPHORES[{name!r}]['limit'] must be an integer from 1 to {MAX_LIMIT} (got {limit!r}).")
     if "lease" in options and (not _number(options, "lease") or options["lease"] <= 0):
-        problems.append(f"SEMAPHORES[{name!r}]['lease'] must be a number of seconds > 0.")
+        problems.append(f"SEMAPHORES[{name!r}]['lease'] must be a number of seconds > 0 (ten years at most).")
     if "wait" in options and (not _number(options, "wait") or options["wait"] < 0):
-        problems.append(f"SEMAPHORES[{name!r}]['wait'] must be a number of seconds >= 0.")
+        problems.append(f"SEMAPHORES[{name!r}]['wait'] must be a number of seconds >= 0 (ten years at most).")
     weight = options.get("weight", 1)
     if not isinstance(weight, int) or isinstance(weight, bool) or weight < 1:
         problems.append(f"SEMAPHORES[{name!r}]['weight'] must be an integer >= 1.")

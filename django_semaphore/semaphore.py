@@ -14,9 +14,10 @@ from functools import lru_cache
 from typing import Any
 
 import redis.exceptions
+from django.utils.crypto import salted_hmac
 
 from . import scripts, signals
-from .conf import SemaphoreConfig, app_setting, declared, key_prefix
+from .conf import MAX_LIMIT, SemaphoreConfig, app_setting, declared, key_prefix
 from .connection import aclient, get_client, socket_timeout
 from .exceptions import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit
 from .flow import BlockOnWake, FlowResult, RunScript, acquire_flow
@@ -65,7 +66,18 @@ def _host() -> str:
 
 
 def _identity_token(identity: str) -> str:
-    return "id-" + hash_partition(identity)
+    """A holder token derived from the identity, keyed with SECRET_KEY.
+
+    Whoever knows an identity but not the site's secret still cannot forge
+    the token that releases or renews its permit.
+    """
+    digest = salted_hmac("django_semaphore.identity", _wire(identity), algorithm="sha256")
+    return "id-" + digest.hexdigest()[:32]
+
+
+def _wire(text: str | bytes) -> bytes:
+    """Text as sent to Redis; operators' and callers' input may hold any code point."""
+    return text if isinstance(text, bytes) else str(text).encode("utf-8", "surrogatepass")
 
 
 class Semaphore:
@@ -254,7 +266,7 @@ class Semaphore:
 
     def _release_call(self, token: str) -> tuple[list[str], list[Any]]:
         return self.keys.common, [
-            token,
+            _wire(token),
             self.config.limit,
             self.keys.base,
             self._wake_ttl_ms,
@@ -271,7 +283,7 @@ class Semaphore:
             return bool((await scripts.arun(await aclient(), "release", *self._release_call(token)))[0])
 
     def _renew_call(self, token: str, lease: float) -> tuple[list[str], list[Any]]:
-        return [self.keys.holders, self.keys.info, self.keys.state], [token, int(lease * 1000), self._idle_ms]
+        return [self.keys.holders, self.keys.info, self.keys.state], [_wire(token), int(lease * 1000), self._idle_ms]
 
     def _renew(self, token: str, lease: float) -> int | None:
         with self._backend():
@@ -326,14 +338,21 @@ class Semaphore:
                 get_client(),
                 "force_release",
                 self.keys.common,
-                [token, self.config.limit, self.keys.base, self._wake_ttl_ms, *self._history_args, self._idle_ms],
+                [
+                    _wire(token),
+                    self.config.limit,
+                    self.keys.base,
+                    self._wake_ttl_ms,
+                    *self._history_args,
+                    self._idle_ms,
+                ],
             )
         return [t.decode() if isinstance(t, bytes) else str(t) for t in released]
 
     def set_limit(self, limit: int | None) -> int:
         """Override the limit at run time (None clears it); returns the limit in force."""
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-            raise ValueError("A limit override must be an integer >= 1.")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT):
+            raise ValueError(f"A limit override must be an integer from 1 to {MAX_LIMIT}.")
         with self._backend():
             return int(
                 scripts.run(
