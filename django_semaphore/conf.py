@@ -92,6 +92,11 @@ def option_problems(name: object, options: object) -> list[str]:
         problems.append(f"SEMAPHORES[{name!r}]['weight'] must be an integer >= 1.")
     elif isinstance(limit, int) and weight > limit:
         problems.append(f"SEMAPHORES[{name!r}]['weight'] ({weight}) is above its limit ({limit}).")
+    replicas = options.get("replicas", 0)
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or not 0 <= replicas <= 100:
+        problems.append(f"SEMAPHORES[{name!r}]['replicas'] must be an integer from 0 to 100.")
+    if "replica_timeout" in options and (not _number(options, "replica_timeout") or options["replica_timeout"] <= 0):
+        problems.append(f"SEMAPHORES[{name!r}]['replica_timeout'] must be a number of seconds > 0.")
     on_error = options.get("on_error", "allow")
     if on_error not in ON_ERROR_CHOICES:
         problems.append(f"SEMAPHORES[{name!r}]['on_error'] must be one of {ON_ERROR_CHOICES} (got {on_error!r}).")
@@ -112,6 +117,9 @@ class SemaphoreConfig:
     auto_renew: bool = True
     waiter_ttl: float = 1.0
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Stricter mode: a grant counts only once this many replicas confirm it.
+    replicas: int = 0
+    replica_timeout: float = 0.1
 
     @classmethod
     def from_options(cls, name: str, options: Mapping[str, Any]) -> SemaphoreConfig:
@@ -129,4 +137,6 @@ class SemaphoreConfig:
             auto_renew=bool(options.get("auto_renew", True)),
             waiter_ttl=float(app_setting("SEMAPHORE_WAITER_TTL")),
             options=dict(options),
+            replicas=options.get("replicas", 0),
+            replica_timeout=float(options.get("replica_timeout", 0.1)),
         )

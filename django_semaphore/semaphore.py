@@ -14,7 +14,10 @@ from functools import lru_cache
 from typing import Any
 
 import redis.exceptions
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.crypto import salted_hmac
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
 
 from . import scripts, signals
 from .conf import MAX_LIMIT, SemaphoreConfig, app_setting, declared, key_prefix
@@ -201,7 +204,11 @@ class Semaphore:
         token, weight, lease, flow = self._plan(wait, weight, lease, identity, label, metadata)
         with self._backend():
             client = get_client()
-            result = _drive(client, flow, socket_timeout(client))
+            confirm = self._confirmation(client)
+            result = _drive(client, flow, socket_timeout(client), confirm)
+            if confirm is not None and confirm.short(result):
+                self._release(token)
+                raise self._unconfirmed(confirm)
             self._register_partition(client)
         return self._finish(token, weight, lease, result, auto_renew, on_lost)
 
@@ -221,9 +228,30 @@ class Semaphore:
         token, weight, lease, flow = self._plan(wait, weight, lease, identity, label, metadata)
         with self._backend():
             client = await aclient()
-            result = await _adrive(client, flow, socket_timeout(client))
+            confirm = self._confirmation(client)
+            result = await _adrive(client, flow, socket_timeout(client), confirm)
+            if confirm is not None and confirm.short(result):
+                await self._arelease(token)
+                raise self._unconfirmed(confirm)
             await self._aregister_partition(client)
         return self._finish(token, weight, lease, result, auto_renew, on_lost)
+
+    def _confirmation(self, client: Any) -> ReplicaConfirmation | None:
+        if not self.config.replicas:
+            return None
+        if isinstance(client, (RedisCluster, AsyncRedisCluster)):
+            raise ImproperlyConfigured(
+                f"SEMAPHORES[{self.name!r}]['replicas'] needs a standalone or Sentinel connection, not Redis Cluster."
+            )
+        return ReplicaConfirmation(self.config.replicas, int(self.config.replica_timeout * 1000))
+
+    def _unconfirmed(self, confirm: ReplicaConfirmation) -> BackendUnavailable:
+        error = BackendUnavailable(
+            f"Only {confirm.acked} of {confirm.replicas} replicas confirmed the permit of semaphore {self.name!r} "
+            f"within {confirm.timeout_ms} ms; it was given back."
+        )
+        signals.semaphore_backend_error.send(sender=self.name, name=self.name, partition=self.partition, error=error)
+        return error
 
     def acquire(self, **options: Any) -> Permit | None:
         """A ``Permit``, or None when the semaphore stayed full for ``wait`` seconds."""
@@ -448,12 +476,31 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _drive(client: Any, flow: Any, read_timeout: float | None) -> FlowResult:
+@dataclass
+class ReplicaConfirmation:
+    """The stricter mode's ``WAIT``: how many replicas, how long, and how many answered."""
+
+    replicas: int
+    timeout_ms: int
+    acked: int = 0
+
+    def short(self, result: FlowResult) -> bool:
+        """A permit was granted but too few replicas have it."""
+        return result.reply.granted and self.acked < self.replicas
+
+
+def _drive(
+    client: Any, flow: Any, read_timeout: float | None, confirm: ReplicaConfirmation | None = None
+) -> FlowResult:
     step = next(flow)
     leave: RunScript | None = None
     while True:
         try:
-            if isinstance(step, RunScript):
+            if isinstance(step, RunScript) and confirm is not None and step.name == "acquire":
+                reply, confirm.acked = scripts.run_confirmed(
+                    client, step.name, step.keys, step.args, confirm.replicas, confirm.timeout_ms
+                )
+            elif isinstance(step, RunScript):
                 reply = scripts.run(client, step.name, step.keys, step.args)
             else:
                 leave = step.leave
@@ -473,12 +520,18 @@ def _drive(client: Any, flow: Any, read_timeout: float | None) -> FlowResult:
             return done.value
 
 
-async def _adrive(client: Any, flow: Any, read_timeout: float | None) -> FlowResult:
+async def _adrive(
+    client: Any, flow: Any, read_timeout: float | None, confirm: ReplicaConfirmation | None = None
+) -> FlowResult:
     step = next(flow)
     leave: RunScript | None = None
     while True:
         try:
-            if isinstance(step, RunScript):
+            if isinstance(step, RunScript) and confirm is not None and step.name == "acquire":
+                reply, confirm.acked = await scripts.arun_confirmed(
+                    client, step.name, step.keys, step.args, confirm.replicas, confirm.timeout_ms
+                )
+            elif isinstance(step, RunScript):
                 reply = await scripts.arun(client, step.name, step.keys, step.args)
             else:
                 leave = step.leave
