@@ -6,6 +6,7 @@ hold app-wide defaults. Nothing here is cached at import time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ APP_DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS": [],
     "SEMAPHORE_MIDDLEWARE_BYPASS": None,
     "SEMAPHORE_RATELIMIT_HEADERS": False,
+    # Seconds a keyed semaphore's partition keeps its keys after its last lease ends.
+    "SEMAPHORE_PARTITION_IDLE": 86400.0,
 }
 
 
@@ -56,9 +59,21 @@ def key_prefix() -> str:
         raise ImproperlyConfigured(str(exc)) from exc
 
 
+# Upper bounds that keep every number exact in Lua (whose numbers print as
+# "%.14g") and every duration a valid Redis expiry in ms.
+MAX_SECONDS = 10 * 365 * 86400
+MAX_LIMIT = 10**9
+
+
 def _number(options: Mapping[str, Any], name: str) -> bool:
+    """A finite number of seconds (NaN and infinity would reach Redis as garbage)."""
     value = options.get(name)
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value <= MAX_SECONDS
+    )
 
 
 def option_problems(name: object, options: object) -> list[str]:
@@ -75,17 +90,22 @@ def option_problems(name: object, options: object) -> list[str]:
     if not isinstance(options, Mapping):
         return [*problems, f"SEMAPHORES[{name!r}] must be a dict of options."]
     limit = options.get("limit")
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        problems.append(f"SEMAPHORES[{name!r}]['limit'] must be an integer >= 1 (got {limit!r}).")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+        problems.append(f"SEMAPHORES[{name!r}]['limit'] must be an integer from 1 to {MAX_LIMIT} (got {limit!r}).")
     if "lease" in options and (not _number(options, "lease") or options["lease"] <= 0):
-        problems.append(f"SEMAPHORES[{name!r}]['lease'] must be a number of seconds > 0.")
+        problems.append(f"SEMAPHORES[{name!r}]['lease'] must be a number of seconds > 0 (ten years at most).")
     if "wait" in options and (not _number(options, "wait") or options["wait"] < 0):
-        problems.append(f"SEMAPHORES[{name!r}]['wait'] must be a number of seconds >= 0.")
+        problems.append(f"SEMAPHORES[{name!r}]['wait'] must be a number of seconds >= 0 (ten years at most).")
     weight = options.get("weight", 1)
     if not isinstance(weight, int) or isinstance(weight, bool) or weight < 1:
         problems.append(f"SEMAPHORES[{name!r}]['weight'] must be an integer >= 1.")
     elif isinstance(limit, int) and weight > limit:
         problems.append(f"SEMAPHORES[{name!r}]['weight'] ({weight}) is above its limit ({limit}).")
+    replicas = options.get("replicas", 0)
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or not 0 <= replicas <= 100:
+        problems.append(f"SEMAPHORES[{name!r}]['replicas'] must be an integer from 0 to 100.")
+    if "replica_timeout" in options and (not _number(options, "replica_timeout") or options["replica_timeout"] <= 0):
+        problems.append(f"SEMAPHORES[{name!r}]['replica_timeout'] must be a number of seconds > 0.")
     on_error = options.get("on_error", "allow")
     if on_error not in ON_ERROR_CHOICES:
         problems.append(f"SEMAPHORES[{name!r}]['on_error'] must be one of {ON_ERROR_CHOICES} (got {on_error!r}).")
@@ -112,6 +132,9 @@ class SemaphoreConfig:
     auto_renew: bool = True
     waiter_ttl: float = 1.0
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Stricter mode: a grant counts only once this many replicas confirm it.
+    replicas: int = 0
+    replica_timeout: float = 0.1
 
     @classmethod
     def from_options(cls, name: str, options: Mapping[str, Any]) -> SemaphoreConfig:
@@ -129,4 +152,6 @@ class SemaphoreConfig:
             auto_renew=bool(options.get("auto_renew", True)),
             waiter_ttl=float(app_setting("SEMAPHORE_WAITER_TTL")),
             options=dict(options),
+            replicas=options.get("replicas", 0),
+            replica_timeout=float(options.get("replica_timeout", 0.1)),
         )

@@ -19,6 +19,9 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.sentinel
+import redis.sentinel
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
@@ -41,6 +44,7 @@ _SHARED_OPTIONS = (
 _url_clients: dict[str, redis.Redis] = {}
 _url_lock = threading.Lock()
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, Any]] = weakref.WeakKeyDictionary()
+_ready_clusters: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _factory(setting: Any) -> Callable[[], Any] | None:
@@ -86,11 +90,32 @@ def _async_from_sync(client: Any) -> Any:
             "returning a redis.asyncio client."
         )
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _SHARED_OPTIONS}
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        return _async_sentinel_master(pool, kwargs)
     if "path" in kwargs:
         kwargs["unix_socket_path"] = kwargs.pop("path")
     if issubclass(pool.connection_class, redis.SSLConnection):
         kwargs["ssl"] = True
     return redis.asyncio.Redis(**kwargs)
+
+
+def _async_sentinel_master(pool: redis.sentinel.SentinelConnectionPool, kwargs: dict[str, Any]) -> Any:
+    """The asyncio twin of a Sentinel-managed pool: it asks the same sentinels for the master.
+
+    Copying host and port would pin the asyncio client to whichever server
+    was master when it was built, and a failover would strand it.
+    """
+    manager = pool.sentinel_manager
+    addresses = []
+    for sentinel in manager.sentinels:
+        options = sentinel.connection_pool.connection_kwargs
+        addresses.append((options["host"], options["port"]))
+    sentinel_kwargs = {k: v for k, v in manager.sentinel_kwargs.items() if k in _SHARED_OPTIONS}
+    kwargs.pop("host", None)
+    kwargs.pop("port", None)
+    return redis.asyncio.sentinel.Sentinel(addresses, sentinel_kwargs=sentinel_kwargs, **kwargs).master_for(
+        pool.service_name
+    )
 
 
 def get_async_client() -> Any:
@@ -113,9 +138,26 @@ def get_async_client() -> Any:
     return client
 
 
+async def aclient() -> Any:
+    """``get_async_client()``, made ready for concurrent use.
+
+    An asyncio ``RedisCluster`` that many tasks use before its first command
+    has mapped the slots can break connections mid-handshake (seen with
+    redis-py 8.1), so it is initialised once, up front, per event loop.
+    """
+    client = get_async_client()
+    if isinstance(client, redis.asyncio.cluster.RedisCluster) and client not in _ready_clusters:
+        await client.initialize()
+        _ready_clusters.add(client)
+    return client
+
+
 def socket_timeout(client: Any) -> float | None:
     """The client's read timeout, so a blocking wait never outlasts it."""
-    pool = getattr(client, "connection_pool", None)
-    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    if hasattr(client, "get_connection_kwargs"):  # RedisCluster, sync and asyncio
+        kwargs = client.get_connection_kwargs()
+    else:
+        pool = getattr(client, "connection_pool", None)
+        kwargs = getattr(pool, "connection_kwargs", None) or {}
     value = kwargs.get("socket_timeout")
     return float(value) if value else None

@@ -28,8 +28,11 @@ class RunScript:
 
 @dataclass(frozen=True)
 class BlockOnWake:
+    """Sleep on the wake list; ``leave`` is what to run if the caller must give up."""
+
     key: str
     timeout: float
+    leave: RunScript
 
 
 @dataclass(frozen=True)
@@ -67,12 +70,13 @@ def acquire_flow(
     """
     started = time.monotonic()
     deadline = started + wait
+    leave = RunScript("cancel", cancel_keys, cancel_args)
     reply = AcquireReply.parse((yield RunScript("acquire", acquire_keys, acquire_args)))
     while reply.code == QUEUED:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            yield RunScript("cancel", cancel_keys, cancel_args)
+            yield leave
             return FlowResult(reply, time.monotonic() - started, timed_out=True)
-        yield BlockOnWake(wake_key, next_block(remaining, reply.nearest_expiry_ms, waiter_ttl))
+        yield BlockOnWake(wake_key, next_block(remaining, reply.nearest_expiry_ms, waiter_ttl), leave)
         reply = AcquireReply.parse((yield RunScript("acquire", acquire_keys, acquire_args)))
     return FlowResult(reply, time.monotonic() - started, timed_out=False)

@@ -8,9 +8,12 @@ sync, asyncio and cluster clients alike.
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 from importlib.resources import files
 from typing import Any
+
+from redis.exceptions import NoScriptError
 
 NAMES = ("acquire", "release", "renew", "cancel", "status", "force_release", "set_limit")
 
@@ -40,3 +43,51 @@ async def arun(client: Any, name: str, keys: list[str], args: list[Any]) -> Any:
     if script is None:
         script = _async[name] = client.register_script(source(name))
     return await script(keys=keys, args=args, client=client)
+
+
+@cache
+def sha(name: str) -> str:
+    return hashlib.sha1(source(name).encode()).hexdigest()
+
+
+def _confirmed(replies: list[Any]) -> tuple[Any, int] | None:
+    reply, acked = replies
+    if isinstance(reply, NoScriptError):
+        return None
+    for value in (reply, acked):
+        if isinstance(value, Exception):
+            raise value
+    return reply, int(acked)
+
+
+def run_confirmed(client: Any, name: str, keys: list[str], args: list[Any], replicas: int, timeout_ms: int) -> Any:
+    """Run a script and ``WAIT`` for replicas on the same connection, in one round trip.
+
+    WAIT counts the replicas that have the writes of *its own* connection,
+    so the two commands share one pipeline. Returns (reply, replicas that
+    confirmed).
+    """
+    for _ in range(2):
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(sha(name), len(keys), *keys, *args)
+        pipe.execute_command("WAIT", replicas, timeout_ms)
+        outcome = _confirmed(pipe.execute(raise_on_error=False))
+        if outcome is not None:
+            return outcome
+        client.script_load(source(name))
+    raise NoScriptError(f"Script {name!r} could not be loaded.")
+
+
+async def arun_confirmed(
+    client: Any, name: str, keys: list[str], args: list[Any], replicas: int, timeout_ms: int
+) -> Any:
+    """``run_confirmed`` on an asyncio client."""
+    for _ in range(2):
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(sha(name), len(keys), *keys, *args)
+        pipe.execute_command("WAIT", replicas, timeout_ms)
+        outcome = _confirmed(await pipe.execute(raise_on_error=False))
+        if outcome is not None:
+            return outcome
+        await client.script_load(source(name))
+    raise NoScriptError(f"Script {name!r} could not be loaded.")

@@ -6,17 +6,22 @@ import json
 import os
 import secrets
 import socket
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import redis.exceptions
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.crypto import salted_hmac
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
 
 from . import scripts, signals
-from .conf import SemaphoreConfig, declared, key_prefix
-from .connection import get_async_client, get_client, socket_timeout
+from .conf import MAX_LIMIT, SemaphoreConfig, app_setting, declared, key_prefix
+from .connection import aclient, get_client, socket_timeout
 from .exceptions import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit
 from .flow import BlockOnWake, FlowResult, RunScript, acquire_flow
 from .keys import SemaphoreKeys, hash_partition
@@ -64,7 +69,18 @@ def _host() -> str:
 
 
 def _identity_token(identity: str) -> str:
-    return "id-" + hash_partition(identity)
+    """A holder token derived from the identity, keyed with SECRET_KEY.
+
+    Whoever knows an identity but not the site's secret still cannot forge
+    the token that releases or renews its permit.
+    """
+    digest = salted_hmac("django_semaphore.identity", _wire(identity), algorithm="sha256")
+    return "id-" + digest.hexdigest()[:32]
+
+
+def _wire(text: str | bytes) -> bytes:
+    """Text as sent to Redis; operators' and callers' input may hold any code point."""
+    return text if isinstance(text, bytes) else str(text).encode("utf-8", "surrogatepass")
 
 
 class Semaphore:
@@ -118,6 +134,7 @@ class Semaphore:
             self.keys.base,
             self._wake_ttl_ms,
             *self._history_args,
+            self._idle_ms,
         ]
         cancel_args = [token, self.config.limit, self.keys.base, self._wake_ttl_ms]
         flow = acquire_flow(
@@ -134,6 +151,11 @@ class Semaphore:
     @property
     def _history_args(self) -> list[int]:
         return [0 if self.partition else HISTORY_EVERY_MS, HISTORY_KEEP]
+
+    @property
+    def _idle_ms(self) -> int:
+        """How long a partition's keys outlive its last lease (whole semaphores: forever)."""
+        return int(app_setting("SEMAPHORE_PARTITION_IDLE") * 1000) if self.partition else 0
 
     @property
     def _wake_ttl_ms(self) -> int:
@@ -182,8 +204,12 @@ class Semaphore:
         token, weight, lease, flow = self._plan(wait, weight, lease, identity, label, metadata)
         with self._backend():
             client = get_client()
+            confirm = self._confirmation(client)
+            result = _drive(client, flow, socket_timeout(client), confirm)
+            if confirm is not None and confirm.short(result):
+                self._release(token)
+                raise self._unconfirmed(confirm)
             self._register_partition(client)
-            result = _drive(client, flow, socket_timeout(client))
         return self._finish(token, weight, lease, result, auto_renew, on_lost)
 
     async def aattempt(
@@ -201,10 +227,31 @@ class Semaphore:
         """``attempt`` on the asyncio client, for async views and tasks."""
         token, weight, lease, flow = self._plan(wait, weight, lease, identity, label, metadata)
         with self._backend():
-            client = get_async_client()
+            client = await aclient()
+            confirm = self._confirmation(client)
+            result = await _adrive(client, flow, socket_timeout(client), confirm)
+            if confirm is not None and confirm.short(result):
+                await self._arelease(token)
+                raise self._unconfirmed(confirm)
             await self._aregister_partition(client)
-            result = await _adrive(client, flow, socket_timeout(client))
         return self._finish(token, weight, lease, result, auto_renew, on_lost)
+
+    def _confirmation(self, client: Any) -> ReplicaConfirmation | None:
+        if not self.config.replicas:
+            return None
+        if isinstance(client, (RedisCluster, AsyncRedisCluster)):
+            raise ImproperlyConfigured(
+                f"SEMAPHORES[{self.name!r}]['replicas'] needs a standalone or Sentinel connection, not Redis Cluster."
+            )
+        return ReplicaConfirmation(self.config.replicas, int(self.config.replica_timeout * 1000))
+
+    def _unconfirmed(self, confirm: ReplicaConfirmation) -> BackendUnavailable:
+        error = BackendUnavailable(
+            f"Only {confirm.acked} of {confirm.replicas} replicas confirmed the permit of semaphore {self.name!r} "
+            f"within {confirm.timeout_ms} ms; it was given back."
+        )
+        signals.semaphore_backend_error.send(sender=self.name, name=self.name, partition=self.partition, error=error)
+        return error
 
     def acquire(self, **options: Any) -> Permit | None:
         """A ``Permit``, or None when the semaphore stayed full for ``wait`` seconds."""
@@ -246,7 +293,14 @@ class Semaphore:
     # -- holder operations (used by Permit) ------------------------------
 
     def _release_call(self, token: str) -> tuple[list[str], list[Any]]:
-        return self.keys.common, [token, self.config.limit, self.keys.base, self._wake_ttl_ms, *self._history_args]
+        return self.keys.common, [
+            _wire(token),
+            self.config.limit,
+            self.keys.base,
+            self._wake_ttl_ms,
+            *self._history_args,
+            self._idle_ms,
+        ]
 
     def _release(self, token: str) -> bool:
         with self._backend():
@@ -254,10 +308,10 @@ class Semaphore:
 
     async def _arelease(self, token: str) -> bool:
         with self._backend():
-            return bool((await scripts.arun(get_async_client(), "release", *self._release_call(token)))[0])
+            return bool((await scripts.arun(await aclient(), "release", *self._release_call(token)))[0])
 
     def _renew_call(self, token: str, lease: float) -> tuple[list[str], list[Any]]:
-        return [self.keys.holders, self.keys.info, self.keys.state], [token, int(lease * 1000)]
+        return [self.keys.holders, self.keys.info, self.keys.state], [_wire(token), int(lease * 1000), self._idle_ms]
 
     def _renew(self, token: str, lease: float) -> int | None:
         with self._backend():
@@ -266,7 +320,7 @@ class Semaphore:
 
     async def _arenew(self, token: str, lease: float) -> int | None:
         with self._backend():
-            ok, deadline, _ = await scripts.arun(get_async_client(), "renew", *self._renew_call(token, lease))
+            ok, deadline, _ = await scripts.arun(await aclient(), "renew", *self._renew_call(token, lease))
         return int(deadline) if ok else None
 
     # -- inspection and operator actions ---------------------------------
@@ -279,6 +333,7 @@ class Semaphore:
             self._wake_ttl_ms,
             *self._history_args,
             1 if history else 0,
+            self._idle_ms,
         ]
 
     def status(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
@@ -293,7 +348,7 @@ class Semaphore:
     async def astatus(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
         with self._backend():
             reply = await scripts.arun(
-                get_async_client(), "status", self.keys.common, self._status_args(max_holders, history)
+                await aclient(), "status", self.keys.common, self._status_args(max_holders, history)
             )
         return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply)
 
@@ -311,14 +366,21 @@ class Semaphore:
                 get_client(),
                 "force_release",
                 self.keys.common,
-                [token, self.config.limit, self.keys.base, self._wake_ttl_ms, *self._history_args],
+                [
+                    _wire(token),
+                    self.config.limit,
+                    self.keys.base,
+                    self._wake_ttl_ms,
+                    *self._history_args,
+                    self._idle_ms,
+                ],
             )
         return [t.decode() if isinstance(t, bytes) else str(t) for t in released]
 
     def set_limit(self, limit: int | None) -> int:
         """Override the limit at run time (None clears it); returns the limit in force."""
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-            raise ValueError("A limit override must be an integer >= 1.")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT):
+            raise ValueError(f"A limit override must be an integer from 1 to {MAX_LIMIT}.")
         with self._backend():
             return int(
                 scripts.run(
@@ -330,10 +392,23 @@ class Semaphore:
             )
 
     def partitions(self) -> dict[str, str]:
-        """Partitions seen so far of a keyed semaphore: hash -> key (shortened)."""
+        """Partitions of a keyed semaphore in use lately: hash -> key (shortened).
+
+        Entries whose partition keys have expired (idle longer than
+        ``SEMAPHORE_PARTITION_IDLE``) are pruned from the registry here.
+        """
+        registry = SemaphoreKeys.partitions_of(key_prefix(), self.name)
         with self._backend():
-            raw = get_client().hgetall(SemaphoreKeys.partitions_of(key_prefix(), self.name))
-        return {_text(k): _text(v) for k, v in raw.items()}
+            client = get_client()
+            raw = {_text(k): _text(v) for k, v in client.hgetall(registry).items()}
+            pipe = client.pipeline(transaction=False)
+            for partition in raw:
+                pipe.exists(SemaphoreKeys.build(key_prefix(), self.name, partition).state)
+            alive = pipe.execute() if raw else []
+            gone = [partition for partition, exists in zip(raw, alive, strict=True) if not exists]
+            if gone:
+                client.hdel(registry, *gone)
+        return {partition: label for partition, label in raw.items() if partition not in gone}
 
     def partition_statuses(self, max_partitions: int = 1000, max_holders: int = 100) -> list[SemaphoreStatus]:
         """The status of each known partition of a keyed semaphore, pipelined.
@@ -355,27 +430,40 @@ class Semaphore:
     # -- plumbing ---------------------------------------------------------
 
     def _partition_record(self) -> tuple[str, str, str] | None:
+        """What to write in the registry, or None if this process did so lately."""
         if self.partition is None or self.key is None:
             return None
-        record = (
-            SemaphoreKeys.partitions_of(key_prefix(), self.name),
-            self.partition,
-            str(self.key)[:PARTITION_LABEL_LIMIT],
-        )
-        if record[:2] in _registered:
+        registry = SemaphoreKeys.partitions_of(key_prefix(), self.name)
+        seen = _registered.get((registry, self.partition))
+        if seen is not None and time.monotonic() - seen < app_setting("SEMAPHORE_PARTITION_IDLE") / 2:
             return None
-        return record
+        return registry, self.partition, str(self.key)[:PARTITION_LABEL_LIMIT]
+
+    def _registry_writes(self, pipe: Any, record: tuple[str, str, str]) -> None:
+        # The registry lives as long as partitions keep being seen; stale
+        # entries (their partition expired) are pruned by partitions().
+        pipe.hset(*record)
+        pipe.pexpire(record[0], int(app_setting("SEMAPHORE_PARTITION_IDLE") * 2000))
 
     def _register_partition(self, client: Any) -> None:
+        """Best effort, after the acquire: the registry only feeds operators' listings."""
         record = self._partition_record()
-        if record is not None:
-            client.hset(*record)
+        if record is None:
+            return
+        with suppress(*OUTAGE_ERRORS):
+            pipe = client.pipeline(transaction=False)
+            self._registry_writes(pipe, record)
+            pipe.execute()
             _remember(record[:2])
 
     async def _aregister_partition(self, client: Any) -> None:
         record = self._partition_record()
-        if record is not None:
-            await client.hset(*record)
+        if record is None:
+            return
+        with suppress(*OUTAGE_ERRORS):
+            pipe = client.pipeline(transaction=False)
+            self._registry_writes(pipe, record)
+            await pipe.execute()
             _remember(record[:2])
 
     @contextmanager
@@ -387,42 +475,89 @@ class Semaphore:
             raise BackendUnavailable(f"Redis unavailable for semaphore {self.name!r}: {exc}") from exc
 
 
-# Partitions this process has already recorded in the registry, so the
-# registry costs one extra call per partition per process, not per acquire.
-_registered: dict[tuple[str, str], None] = {}
+# Partitions this process has recorded in the registry, and when: the
+# registry costs one extra call per partition per process every half idle
+# period, not one per acquire.
+_registered: dict[tuple[str, str], float] = {}
 REGISTERED_MEMORY = 10_000
 
 
 def _remember(entry: tuple[str, str]) -> None:
+    _registered.pop(entry, None)
     if len(_registered) >= REGISTERED_MEMORY:
         _registered.pop(next(iter(_registered)))
-    _registered[entry] = None
+    _registered[entry] = time.monotonic()
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _drive(client: Any, flow: Any, read_timeout: float | None) -> FlowResult:
+@dataclass
+class ReplicaConfirmation:
+    """The stricter mode's ``WAIT``: how many replicas, how long, and how many answered."""
+
+    replicas: int
+    timeout_ms: int
+    acked: int = 0
+
+    def short(self, result: FlowResult) -> bool:
+        """A permit was granted but too few replicas have it."""
+        return result.reply.granted and self.acked < self.replicas
+
+
+def _drive(
+    client: Any, flow: Any, read_timeout: float | None, confirm: ReplicaConfirmation | None = None
+) -> FlowResult:
     step = next(flow)
+    leave: RunScript | None = None
     while True:
-        if isinstance(step, RunScript):
-            reply = scripts.run(client, step.name, step.keys, step.args)
-        else:
-            reply = client.blpop([step.key], timeout=_cap(step, read_timeout))
+        try:
+            if isinstance(step, RunScript) and confirm is not None and step.name == "acquire":
+                reply, confirm.acked = scripts.run_confirmed(
+                    client, step.name, step.keys, step.args, confirm.replicas, confirm.timeout_ms
+                )
+            elif isinstance(step, RunScript):
+                reply = scripts.run(client, step.name, step.keys, step.args)
+            else:
+                leave = step.leave
+                reply = client.blpop([step.key], timeout=_cap(step, read_timeout))
+        except OUTAGE_ERRORS:
+            # A waiter cut off mid-wait tries once to leave the line, or its
+            # place would hold up everyone behind it until its heartbeat
+            # lapses; if Redis is really gone this fails too, and the
+            # heartbeat deadline does the job.
+            if leave is not None:
+                with suppress(*OUTAGE_ERRORS):
+                    scripts.run(client, leave.name, leave.keys, leave.args)
+            raise
         try:
             step = flow.send(reply)
         except StopIteration as done:
             return done.value
 
 
-async def _adrive(client: Any, flow: Any, read_timeout: float | None) -> FlowResult:
+async def _adrive(
+    client: Any, flow: Any, read_timeout: float | None, confirm: ReplicaConfirmation | None = None
+) -> FlowResult:
     step = next(flow)
+    leave: RunScript | None = None
     while True:
-        if isinstance(step, RunScript):
-            reply = await scripts.arun(client, step.name, step.keys, step.args)
-        else:
-            reply = await client.blpop([step.key], timeout=_cap(step, read_timeout))
+        try:
+            if isinstance(step, RunScript) and confirm is not None and step.name == "acquire":
+                reply, confirm.acked = await scripts.arun_confirmed(
+                    client, step.name, step.keys, step.args, confirm.replicas, confirm.timeout_ms
+                )
+            elif isinstance(step, RunScript):
+                reply = await scripts.arun(client, step.name, step.keys, step.args)
+            else:
+                leave = step.leave
+                reply = await client.blpop([step.key], timeout=_cap(step, read_timeout))
+        except OUTAGE_ERRORS:
+            if leave is not None:
+                with suppress(*OUTAGE_ERRORS):
+                    await scripts.arun(client, leave.name, leave.keys, leave.args)
+            raise
         try:
             step = flow.send(reply)
         except StopIteration as done:

@@ -98,22 +98,7 @@ class RedisServer:
                 self.port = free_port()
             log = open(Path(self.data_dir) / "server.log", "ab")  # noqa: SIM115 - closed in stop()
             self.process = subprocess.Popen(
-                [
-                    self.binary or "",
-                    "--port",
-                    str(self.port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--dir",
-                    self.data_dir,
-                    "--protected-mode",
-                    "yes",
-                    *self.extra_args,
-                ],
+                self._command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -124,6 +109,24 @@ class RedisServer:
             self._kill()
             self.port = 0  # the port was taken meanwhile: try another
         raise RuntimeError(f"{self.binary} did not start; see {self.data_dir}/server.log")
+
+    def _command(self) -> list[str]:
+        return [
+            self.binary or "",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self.data_dir,
+            "--protected-mode",
+            "yes",
+            *self.extra_args,
+        ]
 
     def _wait_ready(self) -> bool:
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)

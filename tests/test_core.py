@@ -16,7 +16,7 @@ from django_semaphore import (
     get_semaphore,
 )
 from django_semaphore.conf import SemaphoreConfig
-from django_semaphore.testing import RedisServer
+from django_semaphore.testing import RedisServer, find_binary
 
 
 def make(limit: int = 2, **options: object) -> Semaphore:
@@ -241,7 +241,7 @@ def test_scripts_survive_script_flush(redis_client: redis.Redis) -> None:
 
 
 def test_scripts_survive_a_server_restart() -> None:
-    with RedisServer() as server, _pointed_at(server.url):
+    with RedisServer(find_binary()) as server, _pointed_at(server.url):
         sem = make(2)
         assert sem.acquire()
         server.restart()

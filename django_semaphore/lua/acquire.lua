@@ -15,6 +15,7 @@
 -- ARGV[8] key base with the hash tag, to name other waiters' wake lists
 -- ARGV[9] wake note ttl in ms
 -- ARGV[10] history sample interval in ms (0: no history), ARGV[11] samples kept
+-- ARGV[12] partition idle expiry in ms (0 for whole semaphores: no expiry)
 --
 -- Reply: {code, fence, used, limit, nearest_expiry_ms, waiting, position,
 --         lease_deadline_ms, now_ms}; code 1 granted, 2 already held (lease
@@ -26,6 +27,11 @@ local lease_ms, mode = tonumber(ARGV[4]), ARGV[5]
 local waiter_ttl, meta, base, wake_ttl = tonumber(ARGV[6]), ARGV[7], ARGV[8], tonumber(ARGV[9])
 
 local now = server_now_ms()
+-- Every answer goes through here, so a partition's keys never miss their expiry.
+local function reply(...)
+  expire_when_idle({holders, info, state, queue, alive, qweight}, holders, now, tonumber(ARGV[12]))
+  return {...}
+end
 reclaim_expired(holders, info, state, now)
 reclaim_dead_waiters(queue, alive, qweight, base, now)
 local limit = effective_limit(state, tonumber(ARGV[3]))
@@ -42,14 +48,14 @@ end
 if redis.call('ZSCORE', holders, token) then
   redis.call('ZADD', holders, 'XX', deadline, token)
   local _, _, fence = parse_info(redis.call('HGET', info, token))
-  return {2, fence, used_permits(state), limit, nearest_expiry_ms(holders, now),
-          redis.call('ZCARD', queue), 0, deadline, now}
+  return reply(2, fence, used_permits(state), limit, nearest_expiry_ms(holders, now),
+               redis.call('ZCARD', queue), 0, deadline, now)
 end
 
 local used = used_permits(state)
 if weight > limit then
   leave_line()
-  return {-1, 0, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), 0, 0, now}
+  return reply(-1, 0, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), 0, 0, now)
 end
 
 -- First come, first served: a permit goes to this caller only if everyone
@@ -75,7 +81,7 @@ if fits then
   redis.call('HINCRBY', state, 'acquired', 1)
   record_sample(state, history, now, queue, tonumber(ARGV[10]), tonumber(ARGV[11]))
   wake_waiters(queue, base, limit - used, wake_ttl)
-  return {1, fence, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), 0, deadline, now}
+  return reply(1, fence, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), 0, deadline, now)
 end
 
 -- Waiters at the head may be asleep on their backstop timer: nudge them.
@@ -89,7 +95,7 @@ if mode == 'wait' then
   end
   redis.call('ZADD', alive, now + waiter_ttl, token)
   record_sample(state, history, now, queue, tonumber(ARGV[10]), tonumber(ARGV[11]))
-  return {3, 0, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), rank + 1, 0, now}
+  return reply(3, 0, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), rank + 1, 0, now)
 end
 redis.call('HINCRBY', state, 'rejected', 1)
-return {0, 0, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), 0, 0, now}
+return reply(0, 0, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), 0, 0, now)

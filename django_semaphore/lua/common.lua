@@ -132,3 +132,23 @@ local function record_sample(state, history, now, queue, every_ms, keep)
     redis.call('HSET', state, 'peak', peak)
   end
 end
+
+-- A partition of a keyed semaphore (one per user, per IP...) must not keep
+-- its keys once nobody uses it: scripts that change it set its keys to expire
+-- `idle_ms` after its last lease ends (0, for whole semaphores, keeps them).
+-- Every key gets the same expiry, never before the last lease ends, so the
+-- counters cannot vanish while a permit is held; the fence restarts from 1
+-- after the keys are gone.
+local function expire_when_idle(keys, holders, now, idle_ms)
+  if idle_ms <= 0 then
+    return
+  end
+  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
+  local ttl = idle_ms
+  if #last > 0 then
+    ttl = ttl + math.max(tonumber(last[2]) - now, 0)
+  end
+  for _, key in ipairs(keys) do
+    redis.call('PEXPIRE', key, ttl)
+  end
+end

@@ -9,6 +9,7 @@
 -- ARGV[3] key base with the hash tag, to name waiters' wake lists
 -- ARGV[4] wake note ttl in ms
 -- ARGV[5] history sample interval in ms (0: no history), ARGV[6] samples kept
+-- ARGV[7] partition idle expiry in ms (0 for whole semaphores: no expiry)
 --
 -- Reply: {released (1 if the lease was still held, else 0), used, limit}
 local holders, info, state = KEYS[1], KEYS[2], KEYS[3]
@@ -36,4 +37,5 @@ local limit = effective_limit(state, tonumber(ARGV[2]))
 local used = used_permits(state)
 wake_waiters(queue, base, limit - used, wake_ttl)
 record_sample(state, history, now, queue, tonumber(ARGV[5]), tonumber(ARGV[6]))
+expire_when_idle({holders, info, state, queue, alive, qweight}, holders, now, tonumber(ARGV[7]))
 return {released, used, limit}

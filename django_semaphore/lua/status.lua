@@ -10,6 +10,7 @@
 -- ARGV[4] wake note ttl in ms
 -- ARGV[5] history sample interval in ms (0: no history), ARGV[6] samples kept
 -- ARGV[7] 1 to include the utilisation history, else 0
+-- ARGV[8] partition idle expiry in ms (0 for whole semaphores: no expiry)
 --
 -- Reply: {now_ms, limit, state as flat HGETALL, holder count, waiting,
 --         {token, lease_deadline_ms, info, ...}, history samples}
@@ -35,5 +36,6 @@ local samples = {}
 if ARGV[7] == '1' then
   samples = redis.call('LRANGE', history, 0, -1)
 end
+expire_when_idle({holders, info, state, queue, alive, qweight}, holders, now, tonumber(ARGV[8]))
 return {now, limit, redis.call('HGETALL', state), redis.call('ZCARD', holders),
         redis.call('ZCARD', queue), listed, samples}

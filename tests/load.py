@@ -1,0 +1,87 @@
+"""Load for the fault tests: threads acquiring and releasing while something breaks."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from django_semaphore import BackendUnavailable, Semaphore
+
+
+def eventually(condition: Callable[[], object], timeout: float = 10.0) -> float:
+    """Seconds until ``condition`` held; outages meanwhile count as "not yet"."""
+    started = time.monotonic()
+    while True:
+        try:
+            if condition():
+                return time.monotonic() - started
+        except BackendUnavailable:
+            pass
+        assert time.monotonic() - started < timeout, "condition not met in time"
+        time.sleep(0.02)
+
+
+class Load:
+    """Threads acquiring and releasing in a loop, counting every outcome.
+
+    ``inside`` counts holders as the callers see them; ``over`` counts entries
+    that found more than ``limit`` holders inside. Anything but a permit, a
+    "full" answer or ``BackendUnavailable`` is recorded under ``other``.
+    """
+
+    def __init__(self, sem: Semaphore, limit: int, threads: int = 3) -> None:
+        self.sem, self.limit = sem, limit
+        self.outcomes: Counter[str] = Counter()
+        self.errors: list[BaseException] = []
+        self.inside = 0
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                permit = self.sem.acquire(wait=0.2, auto_renew=False)
+            except BackendUnavailable:
+                self._count("unavailable")
+                time.sleep(0.01)
+                continue
+            except Exception as exc:
+                self.errors.append(exc)
+                self._count("other")
+                continue
+            if permit is None:
+                self._count("full")
+                continue
+            with self.lock:
+                self.inside += 1
+                self.outcomes["granted"] += 1
+                if self.inside > self.limit:
+                    self.outcomes["over"] += 1
+            time.sleep(0.002)
+            with self.lock:
+                self.inside -= 1
+            try:
+                permit.release()
+            except BackendUnavailable:
+                self._count("release unavailable")
+
+    def _count(self, outcome: str) -> None:
+        with self.lock:
+            self.outcomes[outcome] += 1
+
+    def __enter__(self) -> Load:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(15)
+
+    def granted(self) -> int:
+        with self.lock:
+            return self.outcomes["granted"]
