@@ -14,11 +14,9 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def retry_after_seconds(nearest_expiry_ms: int, free: int) -> int:
-    """Whole seconds until a permit should be free: never 0 unless one is free now."""
-    if free > 0:
-        return 0
-    return max(1, math.ceil(nearest_expiry_ms / 1000))
+def retry_after_seconds(expected_free_ms: int) -> int:
+    """Whole seconds a turned-away client should wait: at least 1, since none is free now."""
+    return max(1, math.ceil(expected_free_ms / 1000))
 
 
 @dataclass(frozen=True)
@@ -32,6 +30,7 @@ class AcquireReply:
     position: int
     lease_deadline_ms: int
     now_ms: int
+    expected_free_ms: int
 
     @classmethod
     def parse(cls, reply: list[Any]) -> AcquireReply:

@@ -175,7 +175,7 @@ class Semaphore:
             raise WeightAboveLimit(f"Asked {weight} permits of {self.name!r}, whose limit is {reply.limit}.")
         common = {"name": self.name, "partition": self.partition}
         if not reply.granted:
-            retry = retry_after_seconds(reply.nearest_expiry_ms, 0)
+            retry = retry_after_seconds(reply.expected_free_ms)
             signals.semaphore_rejected.send(
                 sender=self.name, retry_after=retry, waited=result.waited, used=reply.used, limit=reply.limit, **common
             )

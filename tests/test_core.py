@@ -43,6 +43,19 @@ def test_retry_after_follows_the_nearest_lease() -> None:
     assert 4 <= attempt.retry_after <= 5
 
 
+def test_retry_after_follows_the_typical_hold_when_shorter_than_the_lease() -> None:
+    sem = make(1, lease=30)
+    for _ in range(3):  # holds of about 0.1 s teach the script the typical hold
+        permit = sem.acquire()
+        assert permit is not None
+        time.sleep(0.1)
+        permit.release()
+    assert sem.acquire()
+    attempt = sem.attempt()
+    assert attempt.permit is None
+    assert attempt.retry_after == 1  # not the 30 s left on the lease
+
+
 def test_unknown_name_raises_named_exception() -> None:
     with pytest.raises(UnknownSemaphore) as info:
         get_semaphore("nope")

@@ -18,24 +18,39 @@
 -- ARGV[12] partition idle expiry in ms (0 for whole semaphores: no expiry)
 --
 -- Reply: {code, fence, used, limit, nearest_expiry_ms, waiting, position,
---         lease_deadline_ms, now_ms}; code 1 granted, 2 already held (lease
---         renewed), 3 queued, 0 full, -1 weight above the limit.
+--         lease_deadline_ms, now_ms, expected_free_ms}; code 1 granted,
+--         2 already held (lease renewed), 3 queued, 0 full, -1 weight above
+--         the limit. nearest_expiry_ms is when the earliest lease ends (the
+--         waiter's backstop timer); expected_free_ms also weighs the typical
+--         hold (Retry-After).
 local holders, info, state = KEYS[1], KEYS[2], KEYS[3]
 local queue, alive, qweight, history, own_wake = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local token, weight = ARGV[1], tonumber(ARGV[2])
 local lease_ms, mode = tonumber(ARGV[4]), ARGV[5]
 local waiter_ttl, meta, base, wake_ttl = tonumber(ARGV[6]), ARGV[7], ARGV[8], tonumber(ARGV[9])
+local every_ms, keep = tonumber(ARGV[10]), tonumber(ARGV[11])
 
 local now = server_now_ms()
--- Every answer goes through here, so a partition's keys never miss their expiry.
-local function reply(...)
-  expire_when_idle({holders, info, state, queue, alive, qweight}, holders, now, tonumber(ARGV[12]))
-  return {...}
-end
-reclaim_expired(holders, info, state, now)
-reclaim_dead_waiters(queue, alive, qweight, base, now)
-local limit = effective_limit(state, tonumber(ARGV[3]))
 local deadline = now + lease_ms
+local _, earliest = reclaim_expired(holders, info, state, now)
+local waiting = redis.call('ZCARD', queue)
+if waiting > 0 then
+  reclaim_dead_waiters(queue, alive, qweight, base, now)
+  waiting = redis.call('ZCARD', queue)
+end
+-- One read of the state hash serves the whole script; it is written once too.
+local st = redis.call('HMGET', state, 'limit', 'used', 'fence', 'acquired', 'rejected', 'peak', 'sampled_at',
+                      'hold_avg')
+local limit = tonumber(st[1]) or tonumber(ARGV[3])
+local used = tonumber(st[2]) or 0
+
+-- Every answer goes through here, so a partition's keys never miss their expiry.
+local function reply(code, fence, position, lease_deadline)
+  expire_when_idle({holders, info, state, queue, alive, qweight}, holders, now, tonumber(ARGV[12]))
+  local nearest = earliest and math.max(earliest - now, 0) or 0
+  return {code, fence, used, limit, nearest, waiting, position, lease_deadline, now,
+          expected_free_ms(earliest, now, st[8])}
+end
 
 local function leave_line()
   redis.call('ZREM', queue, token)
@@ -44,58 +59,77 @@ local function leave_line()
   redis.call('DEL', own_wake)
 end
 
--- Acquiring again under the same identity renews the permit already held.
+-- Acquiring again under the same identity renews the permit already held
+-- (and a retried call whose first reply was lost cannot count twice).
 if redis.call('ZSCORE', holders, token) then
   redis.call('ZADD', holders, 'XX', deadline, token)
   local _, _, fence = parse_info(redis.call('HGET', info, token))
-  return reply(2, fence, used_permits(state), limit, nearest_expiry_ms(holders, now),
-               redis.call('ZCARD', queue), 0, deadline, now)
+  earliest = tonumber(redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')[2])
+  return reply(2, fence, 0, deadline)
 end
 
-local used = used_permits(state)
 if weight > limit then
   leave_line()
-  return reply(-1, 0, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), 0, 0, now)
+  waiting = redis.call('ZCARD', queue)
+  return reply(-1, 0, 0, 0)
 end
 
 -- First come, first served: a permit goes to this caller only if everyone
 -- ahead of it in line fits in the free permits as well.
 local free = limit - used
-local rank = redis.call('ZRANK', queue, token)
+local rank = false
+if waiting > 0 then
+  rank = redis.call('ZRANK', queue, token)
+end
 local fits
 if rank then
   fits = rank < free and weight_ahead(queue, qweight, rank + 1) <= free
 else
-  local waiting = redis.call('ZCARD', queue)
   fits = waiting < free and weight_ahead(queue, qweight, waiting) + weight <= free
 end
 
 if fits then
   if rank then
     leave_line()
+    waiting = waiting - 1
   end
-  local fence = redis.call('HINCRBY', state, 'fence', 1)
+  local fence = (tonumber(st[3]) or 0) + 1
   redis.call('ZADD', holders, deadline, token)
   redis.call('HSET', info, token, weight .. '|' .. now .. '|' .. fence .. '|' .. meta)
-  used = redis.call('HINCRBY', state, 'used', weight)
-  redis.call('HINCRBY', state, 'acquired', 1)
-  record_sample(state, history, now, queue, tonumber(ARGV[10]), tonumber(ARGV[11]))
-  wake_waiters(queue, base, limit - used, wake_ttl)
-  return reply(1, fence, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), 0, deadline, now)
+  used = used + weight
+  local fields = {'fence', fence, 'used', used, 'acquired', (tonumber(st[4]) or 0) + 1}
+  add_sample(fields, history, now, used, waiting, st[6], st[7], every_ms, keep)
+  redis.call('HSET', state, unpack(fields))
+  if waiting > 0 then
+    wake_waiters(queue, base, limit - used, wake_ttl)
+  end
+  if not earliest or deadline < earliest then
+    earliest = deadline
+  end
+  return reply(1, fence, 0, deadline)
 end
 
 -- Waiters at the head may be asleep on their backstop timer: nudge them.
-wake_waiters(queue, base, free, wake_ttl)
+if waiting > 0 then
+  wake_waiters(queue, base, free, wake_ttl)
+end
+local fields = {}
+local position = 0
 if mode == 'wait' then
   if not rank then
     local ticket = redis.call('HINCRBY', state, 'ticket', 1)
     redis.call('ZADD', queue, ticket, token)
     redis.call('HSET', qweight, token, weight)
-    rank = redis.call('ZCARD', queue) - 1
+    rank = waiting
+    waiting = waiting + 1
   end
   redis.call('ZADD', alive, now + waiter_ttl, token)
-  record_sample(state, history, now, queue, tonumber(ARGV[10]), tonumber(ARGV[11]))
-  return reply(3, 0, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), rank + 1, 0, now)
+  position = rank + 1
+else
+  fields = {'rejected', (tonumber(st[5]) or 0) + 1}
 end
-redis.call('HINCRBY', state, 'rejected', 1)
-return reply(0, 0, used, limit, nearest_expiry_ms(holders, now), redis.call('ZCARD', queue), 0, 0, now)
+add_sample(fields, history, now, used, waiting, st[6], st[7], every_ms, keep)
+if #fields > 0 then
+  redis.call('HSET', state, unpack(fields))
+end
+return reply(mode == 'wait' and 3 or 0, 0, position, 0)

@@ -41,11 +41,14 @@ end
 
 -- Reclaim every holder whose lease deadline has passed (crashed or stalled
 -- holders): their weight goes back to the pool and they are counted.
+-- Returns how many were reclaimed and the earliest remaining deadline (nil
+-- when nobody holds a permit), which callers reuse for Retry-After.
 local function reclaim_expired(holders, info, state, now)
-  local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
-  if #expired == 0 then
-    return 0
+  local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+  if #first == 0 or tonumber(first[2]) > now then
+    return 0, tonumber(first[2])
   end
+  local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
   local freed = 0
   for _, token in ipairs(expired) do
     local weight = parse_info(redis.call('HGET', info, token))
@@ -59,7 +62,8 @@ local function reclaim_expired(holders, info, state, now)
     redis.call('HSET', state, 'used', 0)
   end
   redis.call('HINCRBY', state, 'expired', #expired)
-  return #expired
+  first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+  return #expired, tonumber(first[2])
 end
 
 -- Drop waiters that stopped heartbeating (their process died or gave up
@@ -93,14 +97,6 @@ local function wake_waiters(queue, base, free, wake_ttl_ms)
   end
 end
 
-local function nearest_expiry_ms(holders, now)
-  local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
-  if #first == 0 then
-    return 0
-  end
-  return math.max(tonumber(first[2]) - now, 0)
-end
-
 -- Sum of the weights of the first `count` waiters in line.
 local function weight_ahead(queue, qweight, count)
   if count <= 0 then
@@ -117,20 +113,55 @@ end
 -- Utilisation history for the dashboard: at most one sample per `every_ms`,
 -- carrying the peak use since the previous sample (so short bursts show),
 -- capped at `keep` samples. every_ms = 0 turns it off (partitions).
+-- `peak_raw` and `sampled_raw` are the state fields as the caller read them;
+-- the fields to write are appended to `fields`, so the caller writes the
+-- state hash once.
+local function add_sample(fields, history, now, used, waiting, peak_raw, sampled_raw, every_ms, keep)
+  if every_ms <= 0 then
+    return
+  end
+  local peak = math.max(tonumber(peak_raw) or 0, used)
+  if now - (tonumber(sampled_raw) or 0) >= every_ms then
+    redis.call('RPUSH', history, now .. '|' .. peak .. '|' .. waiting)
+    redis.call('LTRIM', history, -keep, -1)
+    table.insert(fields, 'sampled_at')
+    table.insert(fields, now)
+    table.insert(fields, 'peak')
+    table.insert(fields, used)
+  elseif peak ~= tonumber(peak_raw) then
+    table.insert(fields, 'peak')
+    table.insert(fields, peak)
+  end
+end
+
+-- add_sample for scripts that have not read the state hash themselves.
 local function record_sample(state, history, now, queue, every_ms, keep)
   if every_ms <= 0 then
     return
   end
-  local used = used_permits(state)
-  local marks = redis.call('HMGET', state, 'peak', 'sampled_at')
-  local peak = math.max(tonumber(marks[1] or '0'), used)
-  if now - tonumber(marks[2] or '0') >= every_ms then
-    redis.call('RPUSH', history, now .. '|' .. peak .. '|' .. redis.call('ZCARD', queue))
-    redis.call('LTRIM', history, -keep, -1)
-    redis.call('HSET', state, 'sampled_at', now, 'peak', used)
-  elseif peak ~= tonumber(marks[1] or '-1') then
-    redis.call('HSET', state, 'peak', peak)
+  local marks = redis.call('HMGET', state, 'used', 'peak', 'sampled_at')
+  local fields = {}
+  add_sample(fields, history, now, tonumber(marks[1]) or 0, redis.call('ZCARD', queue), marks[2], marks[3],
+             every_ms, keep)
+  if #fields > 0 then
+    redis.call('HSET', state, unpack(fields))
   end
+end
+
+-- When a permit is likely to come free: the sooner of the earliest lease end
+-- and the typical hold (a moving average of recent holds). With renewal on,
+-- leases run far ahead of the work, so the lease alone would tell clients to
+-- come back much later than they need to.
+local function expected_free_ms(earliest_deadline, now, hold_avg_raw)
+  if not earliest_deadline then
+    return 0
+  end
+  local expected = math.max(earliest_deadline - now, 0)
+  local hold_avg = tonumber(hold_avg_raw) or 0
+  if hold_avg > 0 and hold_avg < expected then
+    expected = hold_avg
+  end
+  return expected
 end
 
 -- A partition of a keyed semaphore (one per user, per IP...) must not keep

@@ -18,24 +18,39 @@ local token, base, wake_ttl = ARGV[1], ARGV[3], tonumber(ARGV[4])
 
 local now = server_now_ms()
 local score = redis.call('ZSCORE', holders, token)
+reclaim_expired(holders, info, state, now)
+local st = redis.call('HMGET', state, 'limit', 'used', 'released', 'refused', 'lost', 'peak', 'sampled_at',
+                      'hold_avg')
+local limit = tonumber(st[1]) or tonumber(ARGV[2])
+local used = tonumber(st[2]) or 0
 local released = 0
+local fields
 if not score then
-  redis.call('HINCRBY', state, 'refused', 1)
+  fields = {'refused', (tonumber(st[4]) or 0) + 1}
 elseif tonumber(score) <= now then
-  redis.call('HINCRBY', state, 'lost', 1)
+  -- Its lease ran out before this release: reclaim_expired took it back.
+  fields = {'lost', (tonumber(st[5]) or 0) + 1}
 else
-  local weight = parse_info(redis.call('HGET', info, token))
+  local weight, acquired = parse_info(redis.call('HGET', info, token))
   redis.call('ZREM', holders, token)
   redis.call('HDEL', info, token)
-  redis.call('HINCRBY', state, 'used', -weight)
-  redis.call('HINCRBY', state, 'released', 1)
+  used = math.max(used - weight, 0)
+  -- Moving average of hold times (1/8 weight per hold), for Retry-After.
+  local held = math.max(now - acquired, 0)
+  local hold_avg = tonumber(st[8]) or held
+  hold_avg = math.floor(hold_avg + (held - hold_avg) / 8)
+  fields = {'used', used, 'released', (tonumber(st[3]) or 0) + 1, 'hold_avg', hold_avg}
   released = 1
 end
-reclaim_expired(holders, info, state, now)
-reclaim_dead_waiters(queue, alive, qweight, base, now)
-local limit = effective_limit(state, tonumber(ARGV[2]))
-local used = used_permits(state)
-wake_waiters(queue, base, limit - used, wake_ttl)
-record_sample(state, history, now, queue, tonumber(ARGV[5]), tonumber(ARGV[6]))
+local waiting = redis.call('ZCARD', queue)
+if waiting > 0 then
+  reclaim_dead_waiters(queue, alive, qweight, base, now)
+  waiting = redis.call('ZCARD', queue)
+end
+add_sample(fields, history, now, used, waiting, st[6], st[7], tonumber(ARGV[5]), tonumber(ARGV[6]))
+redis.call('HSET', state, unpack(fields))
+if waiting > 0 then
+  wake_waiters(queue, base, limit - used, wake_ttl)
+end
 expire_when_idle({holders, info, state, queue, alive, qweight}, holders, now, tonumber(ARGV[7]))
 return {released, used, limit}
