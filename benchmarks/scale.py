@@ -78,7 +78,7 @@ def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
         def join_line(identity: str) -> None:
             # The acquire script's first call in waiting mode, without then
             # blocking on the wake list as acquire() would.
-            _, _, _, flow = line._plan(60, None, None, identity, None, None)
+            _, _, _, flow, _ = line._plan(60, None, None, identity, None, None)
             step = next(flow)
             scripts.run(bench.client, step.name, step.keys, step.args)
 

@@ -59,5 +59,12 @@ class BackendUnavailable(SemaphoreError):
     """Redis could not be reached or did not answer in time.
 
     The Django layer turns this into the semaphore's ``on_error`` policy;
-    direct callers decide for themselves.
+    direct callers decide for themselves. ``name`` and ``partition`` say
+    which semaphore it was, so a fail-closed answer can use that
+    semaphore's own ``view``.
     """
+
+    def __init__(self, message: str, *, name: str | None = None, partition: str | None = None) -> None:
+        self.name = name
+        self.partition = partition
+        super().__init__(message)

@@ -39,7 +39,6 @@ class BlockOnWake:
 class FlowResult:
     reply: AcquireReply
     waited: float
-    timed_out: bool
 
 
 def next_block(remaining: float, nearest_expiry_ms: int, waiter_ttl: float) -> float:
@@ -76,7 +75,7 @@ def acquire_flow(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             yield leave
-            return FlowResult(reply, time.monotonic() - started, timed_out=True)
+            return FlowResult(reply, time.monotonic() - started)
         yield BlockOnWake(wake_key, next_block(remaining, reply.nearest_expiry_ms, waiter_ttl), leave)
         reply = AcquireReply.parse((yield RunScript("acquire", acquire_keys, acquire_args)))
-    return FlowResult(reply, time.monotonic() - started, timed_out=False)
+    return FlowResult(reply, time.monotonic() - started)

@@ -33,7 +33,7 @@ def record(name: str, outcome: str, **details: object) -> None:
     """Count one outcome and send ``semaphore_request_outcome`` (``details``: partition, mode, request)."""
     with _lock:
         _counts[(name, outcome)] += 1
-    signals.semaphore_request_outcome.send(sender=name, name=name, outcome=outcome, **details)
+    signals.emit(signals.semaphore_request_outcome, name=name, outcome=outcome, **details)
 
 
 def counts() -> dict[str, dict[str, int]]:

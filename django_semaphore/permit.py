@@ -40,6 +40,9 @@ class Permit:
         self.acquired_at = time.monotonic()
         self.released = False
         self.lost = False
+        # Set before the release script runs, so a renewal racing with it
+        # (and finding the token gone) is not mistaken for a lost lease.
+        self._releasing = False
 
     def __repr__(self) -> str:
         state = "released" if self.released else "lost" if self.lost else "held"
@@ -65,12 +68,14 @@ class Permit:
         """Give the permit back; False if the lease had already been lost. Idempotent."""
         if self.released:
             return False
+        self._releasing = True
         self._forget()
         return self._released(self.semaphore._release(self.token))
 
     async def arelease(self) -> bool:
         if self.released:
             return False
+        self._releasing = True
         self._forget()
         return self._released(await self.semaphore._arelease(self.token))
 
@@ -95,8 +100,8 @@ class Permit:
 
     def _released(self, was_held: bool) -> bool:
         self.released = True
-        signals.semaphore_released.send(
-            sender=self.semaphore.name,
+        signals.emit(
+            signals.semaphore_released,
             name=self.semaphore.name,
             partition=self.semaphore.partition,
             token=self.token,
@@ -111,13 +116,17 @@ class Permit:
         renewer.forget(self)
 
     def mark_lost(self) -> None:
-        """Record that the lease is gone: stop renewing, tell the owner, fire the signal."""
-        if self.lost or self.released:
+        """Record that the lease is gone: stop renewing, tell the owner, fire the signal.
+
+        ``on_lost`` runs on the renewal thread, which serves every permit of
+        the process: keep it quick (set a flag, cancel a task).
+        """
+        if self.lost or self.released or self._releasing:
             return
         self.lost = True
         self._forget()
-        signals.semaphore_lost.send(
-            sender=self.semaphore.name,
+        signals.emit(
+            signals.semaphore_lost,
             name=self.semaphore.name,
             partition=self.semaphore.partition,
             token=self.token,

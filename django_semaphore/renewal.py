@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 from .exceptions import BackendUnavailable
@@ -31,10 +32,17 @@ RETRY_AFTER_ERROR = 0.5
 
 class Renewer:
     def __init__(self) -> None:
-        self._due: dict[Permit, float] = {}
+        self._reset()
+        # A forked child (gunicorn --preload, Celery prefork) must not inherit
+        # a lock that was held at fork time, nor renew its parent's permits.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        # Weak: a permit its owner dropped without releasing is no longer
+        # renewed, so the server reclaims it when its lease ends.
+        self._due: weakref.WeakKeyDictionary[Permit, float] = weakref.WeakKeyDictionary()
         self._wakeup = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._pid = 0
         # When the thread will next look on its own; waking it earlier is only
         # needed for a permit due before then (rare: leases are alike), which
         # keeps short-lived permits from paying a thread switch each.
@@ -52,14 +60,8 @@ class Renewer:
         with self._wakeup:
             self._due.pop(permit, None)
 
-    def tracked(self) -> list[Permit]:
-        with self._wakeup:
-            return list(self._due)
-
     def _ensure_thread(self) -> None:
-        # A forked child inherits the dict but not the thread: start its own.
-        if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
-            self._pid = os.getpid()
+        if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="django-semaphore-renewer", daemon=True)
             self._thread.start()
 
@@ -67,7 +69,7 @@ class Renewer:
         while True:
             with self._wakeup:
                 now = time.monotonic()
-                due = [p for p, at in self._due.items() if at <= now]
+                due = [p for p, at in list(self._due.items()) if at <= now]
                 if not due:
                     self._asleep_until = max(min(self._due.values(), default=now + 60), now + 0.01)
                     self._wakeup.wait(timeout=self._asleep_until - now)

@@ -109,10 +109,6 @@ class SemaphoreStatus:
     now_ms: int
     history: list[Sample] = field(default_factory=list)
 
-    @property
-    def free(self) -> int:
-        return max(self.limit - self.used, 0)
-
     @classmethod
     def parse(cls, name: str, partition: str | None, configured: int, reply: list[Any]) -> SemaphoreStatus:
         now, limit, flat, holder_count, waiting, listed, samples = reply

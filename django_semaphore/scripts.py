@@ -15,8 +15,6 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-NAMES = ("acquire", "release", "renew", "cancel", "status", "force_release", "set_limit")
-
 
 @cache
 def source(name: str) -> str:

@@ -6,41 +6,32 @@ import json
 import os
 import secrets
 import socket
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import redis.exceptions
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.crypto import salted_hmac
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from . import scripts, signals
+from . import registry, scripts, signals
 from .conf import MAX_LIMIT, SemaphoreConfig, app_setting, declared, key_prefix
 from .connection import aclient, get_client, socket_timeout
+from .drivers import OUTAGE_ERRORS, Flow, ReplicaConfirmation, adrive, drive
 from .exceptions import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit
-from .flow import BlockOnWake, FlowResult, RunScript, acquire_flow
+from .flow import FlowResult, RunScript, acquire_flow
 from .keys import SemaphoreKeys, hash_partition
 from .permit import Permit
 from .renewal import renewer
 from .results import TOO_HEAVY, SemaphoreStatus, retry_after_seconds
 
-# Errors that mean "Redis is unreachable or not serving writes right now",
-# as opposed to a bug; only these become BackendUnavailable.
-OUTAGE_ERRORS = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.ReadOnlyError,
-    redis.exceptions.ClusterError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.MasterDownError,
-)
+__all__ = ["OUTAGE_ERRORS", "Attempt", "Semaphore", "all_semaphores", "get_semaphore"]
+
 METADATA_LIMIT = 2000
-PARTITION_LABEL_LIMIT = 200
 # Utilisation history (whole semaphores only, not per-partition): one sample
 # per 10 s at most, an hour of them.
 HISTORY_EVERY_MS = 10_000
@@ -61,6 +52,12 @@ class Attempt:
     @property
     def granted(self) -> bool:
         return self.permit is not None
+
+
+# The permits a `with` / `async with` block entered, innermost last. A context
+# variable, not an attribute: threads and tasks sharing one Semaphore object
+# must each leave with their own permit.
+_entered: ContextVar[tuple[tuple[Semaphore, Permit], ...]] = ContextVar("django_semaphore_entered", default=())
 
 
 @lru_cache(maxsize=1)
@@ -97,7 +94,6 @@ class Semaphore:
         self.key = key
         self.partition = partition if partition is not None else (None if key is None else hash_partition(key))
         self.keys = SemaphoreKeys.build(key_prefix(), self.name, self.partition)
-        self._entered: list[Permit] = []
 
     def __repr__(self) -> str:
         part = f" partition={self.partition[:8]}" if self.partition else ""
@@ -113,7 +109,7 @@ class Semaphore:
         identity: str | None,
         label: str | None,
         metadata: dict[str, Any] | None,
-    ) -> tuple[str, int, float, Any]:
+    ) -> tuple[str, int, float, Flow, list[RunScript]]:
         weight = self.config.weight if weight is None else weight
         if weight < 1:
             raise ValueError("weight must be >= 1")
@@ -137,16 +133,20 @@ class Semaphore:
             self._idle_ms,
         ]
         cancel_args = [token, self.config.limit, self.keys.base, self._wake_ttl_ms]
+        cancel_keys = [self.keys.queue, self.keys.alive, self.keys.qweight, self.keys.state, self.keys.wake(token)]
         flow = acquire_flow(
             [*self.keys.common, self.keys.wake(token)],
             args,
-            [self.keys.queue, self.keys.alive, self.keys.qweight, self.keys.state, self.keys.wake(token)],
+            cancel_keys,
             cancel_args,
             self.keys.wake(token),
             wait,
             self.config.waiter_ttl,
         )
-        return token, weight, lease, flow
+        # If the caller is interrupted, a permit may have been granted unseen
+        # and its place in line may still be held: give both back.
+        abandon = [RunScript("release", *self._release_call(token)), RunScript("cancel", cancel_keys, cancel_args)]
+        return token, weight, lease, flow, abandon
 
     @property
     def _history_args(self) -> list[int]:
@@ -176,15 +176,20 @@ class Semaphore:
         common = {"name": self.name, "partition": self.partition}
         if not reply.granted:
             retry = retry_after_seconds(reply.expected_free_ms)
-            signals.semaphore_rejected.send(
-                sender=self.name, retry_after=retry, waited=result.waited, used=reply.used, limit=reply.limit, **common
+            signals.emit(
+                signals.semaphore_rejected,
+                retry_after=retry,
+                waited=result.waited,
+                used=reply.used,
+                limit=reply.limit,
+                **common,
             )
             return Attempt(None, reply.used, reply.limit, reply.waiting, retry, result.waited)
         permit = Permit(self, token, reply.fence, weight, lease, reply.lease_deadline_ms, on_lost)
         if self.config.auto_renew if auto_renew is None else auto_renew:
             renewer.track(permit)
-        signals.semaphore_acquired.send(
-            sender=self.name, token=token, fence=reply.fence, weight=weight, waited=result.waited, **common
+        signals.emit(
+            signals.semaphore_acquired, token=token, fence=reply.fence, weight=weight, waited=result.waited, **common
         )
         return Attempt(permit, reply.used, reply.limit, reply.waiting, 0, result.waited)
 
@@ -201,15 +206,16 @@ class Semaphore:
         on_lost: Callable[[Permit], Any] | None = None,
     ) -> Attempt:
         """Acquire and report the details (occupancy, Retry-After) whatever the outcome."""
-        token, weight, lease, flow = self._plan(wait, weight, lease, identity, label, metadata)
+        token, weight, lease, flow, abandon = self._plan(wait, weight, lease, identity, label, metadata)
         with self._backend():
             client = get_client()
             confirm = self._confirmation(client)
-            result = _drive(client, flow, socket_timeout(client), confirm)
+            result = drive(client, flow, abandon, socket_timeout(client), confirm)
             if confirm is not None and confirm.short(result):
                 self._release(token)
                 raise self._unconfirmed(confirm)
-            self._register_partition(client)
+            if result.reply.granted and self.partition is not None and self.key is not None:
+                registry.record(client, self.name, self.partition, self.key)
         return self._finish(token, weight, lease, result, auto_renew, on_lost)
 
     async def aattempt(
@@ -225,15 +231,16 @@ class Semaphore:
         on_lost: Callable[[Permit], Any] | None = None,
     ) -> Attempt:
         """``attempt`` on the asyncio client, for async views and tasks."""
-        token, weight, lease, flow = self._plan(wait, weight, lease, identity, label, metadata)
+        token, weight, lease, flow, abandon = self._plan(wait, weight, lease, identity, label, metadata)
         with self._backend():
             client = await aclient()
             confirm = self._confirmation(client)
-            result = await _adrive(client, flow, socket_timeout(client), confirm)
+            result = await adrive(client, flow, abandon, socket_timeout(client), confirm)
             if confirm is not None and confirm.short(result):
                 await self._arelease(token)
                 raise self._unconfirmed(confirm)
-            await self._aregister_partition(client)
+            if result.reply.granted and self.partition is not None and self.key is not None:
+                await registry.arecord(client, self.name, self.partition, self.key)
         return self._finish(token, weight, lease, result, auto_renew, on_lost)
 
     def _confirmation(self, client: Any) -> ReplicaConfirmation | None:
@@ -248,9 +255,11 @@ class Semaphore:
     def _unconfirmed(self, confirm: ReplicaConfirmation) -> BackendUnavailable:
         error = BackendUnavailable(
             f"Only {confirm.acked} of {confirm.replicas} replicas confirmed the permit of semaphore {self.name!r} "
-            f"within {confirm.timeout_ms} ms; it was given back."
+            f"within {confirm.timeout_ms} ms; it was given back.",
+            name=self.name,
+            partition=self.partition,
         )
-        signals.semaphore_backend_error.send(sender=self.name, name=self.name, partition=self.partition, error=error)
+        signals.emit(signals.semaphore_backend_error, name=self.name, partition=self.partition, error=error)
         return error
 
     def acquire(self, **options: Any) -> Permit | None:
@@ -274,21 +283,30 @@ class Semaphore:
         attempt = self.attempt()
         if attempt.permit is None:
             raise self._full(attempt)
-        self._entered.append(attempt.permit)
+        _entered.set((*_entered.get(), (self, attempt.permit)))
         return attempt.permit
 
     def __exit__(self, *exc: object) -> None:
-        self._entered.pop().release()
+        self._leave().release()
 
     async def __aenter__(self) -> Permit:
         attempt = await self.aattempt()
         if attempt.permit is None:
             raise self._full(attempt)
-        self._entered.append(attempt.permit)
+        _entered.set((*_entered.get(), (self, attempt.permit)))
         return attempt.permit
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._entered.pop().arelease()
+        await self._leave().arelease()
+
+    def _leave(self) -> Permit:
+        """The permit this thread or task entered last with this semaphore."""
+        stack = _entered.get()
+        for index in range(len(stack) - 1, -1, -1):
+            if stack[index][0] is self:
+                _entered.set(stack[:index] + stack[index + 1 :])
+                return stack[index][1]
+        raise RuntimeError(f"{self!r} was not entered in this thread or task.")
 
     # -- holder operations (used by Permit) ------------------------------
 
@@ -397,18 +415,8 @@ class Semaphore:
         Entries whose partition keys have expired (idle longer than
         ``SEMAPHORE_PARTITION_IDLE``) are pruned from the registry here.
         """
-        registry = SemaphoreKeys.partitions_of(key_prefix(), self.name)
         with self._backend():
-            client = get_client()
-            raw = {_text(k): _text(v) for k, v in client.hgetall(registry).items()}
-            pipe = client.pipeline(transaction=False)
-            for partition in raw:
-                pipe.exists(SemaphoreKeys.build(key_prefix(), self.name, partition).state)
-            alive = pipe.execute() if raw else []
-            gone = [partition for partition, exists in zip(raw, alive, strict=True) if not exists]
-            if gone:
-                client.hdel(registry, *gone)
-        return {partition: label for partition, label in raw.items() if partition not in gone}
+            return registry.read(get_client(), self.name)
 
     def partition_statuses(self, max_partitions: int = 1000, max_holders: int = 100) -> list[SemaphoreStatus]:
         """The status of each known partition of a keyed semaphore, pipelined.
@@ -429,144 +437,15 @@ class Semaphore:
 
     # -- plumbing ---------------------------------------------------------
 
-    def _partition_record(self) -> tuple[str, str, str] | None:
-        """What to write in the registry, or None if this process did so lately."""
-        if self.partition is None or self.key is None:
-            return None
-        registry = SemaphoreKeys.partitions_of(key_prefix(), self.name)
-        seen = _registered.get((registry, self.partition))
-        if seen is not None and time.monotonic() - seen < app_setting("SEMAPHORE_PARTITION_IDLE") / 2:
-            return None
-        return registry, self.partition, str(self.key)[:PARTITION_LABEL_LIMIT]
-
-    def _registry_writes(self, pipe: Any, record: tuple[str, str, str]) -> None:
-        # The registry lives as long as partitions keep being seen; stale
-        # entries (their partition expired) are pruned by partitions().
-        pipe.hset(*record)
-        pipe.pexpire(record[0], int(app_setting("SEMAPHORE_PARTITION_IDLE") * 2000))
-
-    def _register_partition(self, client: Any) -> None:
-        """Best effort, after the acquire: the registry only feeds operators' listings."""
-        record = self._partition_record()
-        if record is None:
-            return
-        with suppress(*OUTAGE_ERRORS):
-            pipe = client.pipeline(transaction=False)
-            self._registry_writes(pipe, record)
-            pipe.execute()
-            _remember(record[:2])
-
-    async def _aregister_partition(self, client: Any) -> None:
-        record = self._partition_record()
-        if record is None:
-            return
-        with suppress(*OUTAGE_ERRORS):
-            pipe = client.pipeline(transaction=False)
-            self._registry_writes(pipe, record)
-            await pipe.execute()
-            _remember(record[:2])
-
     @contextmanager
     def _backend(self) -> Iterator[None]:
         try:
             yield
         except OUTAGE_ERRORS as exc:
-            signals.semaphore_backend_error.send(sender=self.name, name=self.name, partition=self.partition, error=exc)
-            raise BackendUnavailable(f"Redis unavailable for semaphore {self.name!r}: {exc}") from exc
-
-
-# Partitions this process has recorded in the registry, and when: the
-# registry costs one extra call per partition per process every half idle
-# period, not one per acquire.
-_registered: dict[tuple[str, str], float] = {}
-REGISTERED_MEMORY = 10_000
-
-
-def _remember(entry: tuple[str, str]) -> None:
-    _registered.pop(entry, None)
-    if len(_registered) >= REGISTERED_MEMORY:
-        _registered.pop(next(iter(_registered)))
-    _registered[entry] = time.monotonic()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-@dataclass
-class ReplicaConfirmation:
-    """The stricter mode's ``WAIT``: how many replicas, how long, and how many answered."""
-
-    replicas: int
-    timeout_ms: int
-    acked: int = 0
-
-    def short(self, result: FlowResult) -> bool:
-        """A permit was granted but too few replicas have it."""
-        return result.reply.granted and self.acked < self.replicas
-
-
-def _drive(
-    client: Any, flow: Any, read_timeout: float | None, confirm: ReplicaConfirmation | None = None
-) -> FlowResult:
-    step = next(flow)
-    leave: RunScript | None = None
-    while True:
-        try:
-            if isinstance(step, RunScript) and confirm is not None and step.name == "acquire":
-                reply, confirm.acked = scripts.run_confirmed(
-                    client, step.name, step.keys, step.args, confirm.replicas, confirm.timeout_ms
-                )
-            elif isinstance(step, RunScript):
-                reply = scripts.run(client, step.name, step.keys, step.args)
-            else:
-                leave = step.leave
-                reply = client.blpop([step.key], timeout=_cap(step, read_timeout))
-        except OUTAGE_ERRORS:
-            # A waiter cut off mid-wait tries once to leave the line, or its
-            # place would hold up everyone behind it until its heartbeat
-            # lapses; if Redis is really gone this fails too, and the
-            # heartbeat deadline does the job.
-            if leave is not None:
-                with suppress(*OUTAGE_ERRORS):
-                    scripts.run(client, leave.name, leave.keys, leave.args)
-            raise
-        try:
-            step = flow.send(reply)
-        except StopIteration as done:
-            return done.value
-
-
-async def _adrive(
-    client: Any, flow: Any, read_timeout: float | None, confirm: ReplicaConfirmation | None = None
-) -> FlowResult:
-    step = next(flow)
-    leave: RunScript | None = None
-    while True:
-        try:
-            if isinstance(step, RunScript) and confirm is not None and step.name == "acquire":
-                reply, confirm.acked = await scripts.arun_confirmed(
-                    client, step.name, step.keys, step.args, confirm.replicas, confirm.timeout_ms
-                )
-            elif isinstance(step, RunScript):
-                reply = await scripts.arun(client, step.name, step.keys, step.args)
-            else:
-                leave = step.leave
-                reply = await client.blpop([step.key], timeout=_cap(step, read_timeout))
-        except OUTAGE_ERRORS:
-            if leave is not None:
-                with suppress(*OUTAGE_ERRORS):
-                    await scripts.arun(client, leave.name, leave.keys, leave.args)
-            raise
-        try:
-            step = flow.send(reply)
-        except StopIteration as done:
-            return done.value
-
-
-def _cap(step: BlockOnWake, read_timeout: float | None) -> float:
-    """Keep a blocking read inside the socket timeout, or redis-py would call it an outage."""
-    return min(step.timeout, read_timeout * 0.8) if read_timeout else step.timeout
+            signals.emit(signals.semaphore_backend_error, name=self.name, partition=self.partition, error=exc)
+            raise BackendUnavailable(
+                f"Redis unavailable for semaphore {self.name!r}: {exc}", name=self.name, partition=self.partition
+            ) from exc
 
 
 def get_semaphore(name: str, key: Any = None) -> Semaphore:

@@ -14,7 +14,12 @@ listed below.
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from django.dispatch import Signal
+
+logger = logging.getLogger("django_semaphore.signals")
 
 semaphore_acquired = Signal()
 semaphore_rejected = Signal()
@@ -22,3 +27,15 @@ semaphore_released = Signal()
 semaphore_lost = Signal()
 semaphore_backend_error = Signal()
 semaphore_request_outcome = Signal()
+
+
+def emit(signal: Signal, *, name: str, **kwargs: Any) -> None:
+    """Send ``signal`` so that a failing receiver is logged, never raised.
+
+    Receivers feed metrics; one that raises must not cost the caller a
+    permit the server already granted (nor leave it held with nobody to
+    release it).
+    """
+    for receiver, result in signal.send_robust(sender=name, name=name, **kwargs):
+        if isinstance(result, Exception):
+            logger.error("Receiver %r of %s failed", receiver, signal, exc_info=result)

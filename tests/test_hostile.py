@@ -111,7 +111,7 @@ def test_any_settings_entry_is_either_refused_plainly_or_usable(options: dict[st
         return
     config = SemaphoreConfig.from_options("fuzzed", options)
     sem = Semaphore(config)
-    _token, _weight, _lease, flow = sem._plan(None, None, None, None, None, None)
+    _token, _weight, _lease, flow, _abandon = sem._plan(None, None, None, None, None, None)
     step = next(flow)
     for arg in step.args:
         assert isinstance(arg, str) or (isinstance(arg, int) and abs(arg) < 2**53), arg
