@@ -1,0 +1,146 @@
+"""The core under misuse and interruption: shared objects, cancelled tasks,
+failing receivers, forked processes."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import threading
+
+import pytest
+
+from django_semaphore import Semaphore
+from django_semaphore.conf import SemaphoreConfig
+from django_semaphore.renewal import renewer
+from django_semaphore.signals import semaphore_acquired
+
+
+def make(limit: int = 2, **options: object) -> Semaphore:
+    return Semaphore(SemaphoreConfig.from_options("robust", {"limit": limit, **options}))
+
+
+def test_threads_sharing_one_semaphore_each_leave_with_their_own_permit() -> None:
+    shared = make(2)
+    entered = threading.Barrier(2)
+    first_left = threading.Event()
+    tokens: dict[str, str] = {}
+
+    def first() -> None:
+        with shared as permit:
+            tokens["first"] = permit.token
+            entered.wait(5)
+        first_left.set()
+
+    def second() -> None:
+        with shared as permit:
+            tokens["second"] = permit.token
+            entered.wait(5)
+            first_left.wait(5)
+            # The first thread has left: only its own permit went back.
+            holders = [h.token for h in shared.status().holders]
+            assert holders == [permit.token]
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(tokens) == 2
+    assert shared.status().used == 0
+
+
+def test_tasks_sharing_one_semaphore_each_leave_with_their_own_permit() -> None:
+    async def scenario() -> None:
+        shared = make(2)
+        both_in = asyncio.Event()
+        first_out = asyncio.Event()
+        count = 0
+
+        async def first() -> None:
+            nonlocal count
+            async with shared:
+                count += 1
+                await both_in.wait()
+            first_out.set()
+
+        async def second() -> None:
+            nonlocal count
+            async with shared as permit:
+                count += 1
+                if count == 2:
+                    both_in.set()
+                await first_out.wait()
+                assert [h.token for h in (await shared.astatus()).holders] == [permit.token]
+
+        task = asyncio.create_task(first())
+        await asyncio.sleep(0)
+        await asyncio.gather(task, second())
+        assert (await shared.astatus()).used == 0
+
+    asyncio.run(scenario())
+
+
+def test_cancelled_waiter_leaves_the_line_at_once() -> None:
+    async def scenario() -> None:
+        sem = make(1)
+        holder = await sem.aacquire()
+        assert holder is not None
+        waiter = asyncio.create_task(make(1).aacquire(wait=30))
+        while (await sem.astatus()).waiting == 0:
+            await asyncio.sleep(0.01)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        status = await sem.astatus()
+        assert status.waiting == 0  # not left to block the line until its heartbeat lapses
+        await holder.arelease()
+        assert (await sem.astatus()).used == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_failing_signal_receiver_does_not_cost_the_permit() -> None:
+    def broken(sender: str, **kwargs: object) -> None:
+        raise RuntimeError("metrics backend down")
+
+    semaphore_acquired.connect(broken)
+    try:
+        sem = make(1)
+        permit = sem.acquire()
+        assert permit is not None and permit.held
+        assert permit.release() is True
+        assert sem.status().used == 0
+    finally:
+        semaphore_acquired.disconnect(broken)
+
+
+def test_a_dropped_permit_is_no_longer_renewed() -> None:
+    sem = make(1, lease=30)
+    permit = sem.acquire()
+    assert permit is not None and permit in renewer._due
+    token = permit.token
+    del permit
+    assert all(p.token != token for p in list(renewer._due.keys()))
+
+
+def _child_renews_nothing(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    queue.put(len(renewer._due))
+
+
+def test_forked_child_does_not_renew_the_parents_permits() -> None:
+    sem = make(1, lease=30)
+    permit = sem.acquire()
+    assert permit is not None
+    fork = multiprocessing.get_context("fork")
+    queue = fork.Queue()
+    child = fork.Process(target=_child_renews_nothing, args=(queue,))
+    child.start()
+    try:
+        assert queue.get(timeout=10) == 0
+        child.join(10)
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join(5)
+    assert permit.release() is True
