@@ -1,6 +1,6 @@
 """Fire concurrent requests at the running example site and report what came back.
 
-    .venv/bin/python example_project/loadgen.py --concurrency 20 --duration 15
+    make load   # or: .venv/bin/python example_project/loadgen.py --concurrency 20 --duration 15
 
 With ``make demo`` running, this makes the dashboard's bars and chart move and
 produces real 503s with Retry-After. Loopback only: it refuses other hosts.
@@ -21,7 +21,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-DEFAULT_PATHS = ["/reports/export/?seconds=1"]
+# Every guarded page of the demo, so a default run fills each semaphore on the dashboard.
+DEFAULT_PATHS = [
+    "/reports/export/",
+    "/search/?q=lamp",
+    "/prices/",
+    "/downloads/catalogue.csv",
+    "/inventory/",
+    "/api/products/",
+    "/api/products/lamp-01/",
+]
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
