@@ -124,12 +124,17 @@ async def run(base_url: str, paths: list[str], concurrency: int, duration: float
     return tallies
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the running site (loopback only)")
     parser.add_argument("--path", action="append", dest="paths", help="a path to load (repeatable)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if urlsplit(args.url).hostname not in LOOPBACK:
         parser.error("the load generator only targets this machine (127.0.0.1 / localhost)")
