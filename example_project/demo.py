@@ -56,6 +56,8 @@ def wait_for(url: str, site: subprocess.Popen[bytes], timeout: float = 30.0) -> 
 
 def port_free(port: int) -> bool:
     with socket.socket() as sock:
+        # As runserver binds: a port left in TIME_WAIT by the last run is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -87,8 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=HERE / "var", help="database and server data")
     parser.add_argument("--smoke", action="store_true", help="start, fetch one page, stop")
     args = parser.parse_args(argv)
-    # `kill PID` stops the demo as cleanly as Ctrl-C does.
+    # `kill PID` stops the demo as cleanly as Ctrl-C does. Ctrl-C's handler is
+    # set explicitly: a shell starting us in the background hands us SIGINT
+    # ignored, and the site would inherit that and outlive us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     data_dir = args.data_dir.resolve()
     external = bool(os.environ.get("REDIS_URL"))
@@ -113,10 +118,11 @@ def main(argv: list[str] | None = None) -> int:
             env=env,
             cwd=ROOT,
         )
-        wait_for(base + "/", site)
+        status = wait_for(base + "/", site)
         print(banner(server, base, site), flush=True)
         if args.smoke:
-            return 0
+            print(f"Smoke test: GET / answered {status}; stopping.", flush=True)
+            return 0 if status == 200 else 1
         site.wait()
     except KeyboardInterrupt:
         print("\nStopping.")

@@ -258,7 +258,7 @@ def test_demo_smoke_starts_everything_and_leaves_nothing_running(tmp_path: Path)
             demo.wait()
     assert demo.returncode == 0, output
     pids = _reported_pids(output)
-    assert '"GET / HTTP/1.1" 200' in output
+    assert "Smoke test: GET / answered 200" in output
     assert "user 'admin', password 'admin'" in output and "make load" in output
     assert (tmp_path / "db.sqlite3").exists()
     assert _stop_leftovers(pids) == []

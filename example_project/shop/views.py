@@ -26,11 +26,15 @@ from django_semaphore.decorators import semaphore
 from .catalogue import PRODUCTS, matching, work_seconds
 
 INVENTORY_CACHE_KEY = "shop:inventory"
+LOAD_DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def home(request: HttpRequest) -> HttpResponse:
     limits = {name: options["limit"] for name, options in settings.SEMAPHORES.items()}
-    context = {"limits": limits, "semaphores": settings.SEMAPHORES, "base_url": request.build_absolute_uri("/")[:-1]}
+    base_url = request.build_absolute_uri("/")[:-1]
+    # `make load` aims at the demo's default address; elsewhere it needs the URL.
+    load = "make load" if base_url == LOAD_DEFAULT_URL else f'make load LOAD_ARGS="--url {base_url}"'
+    context = {"limits": limits, "semaphores": settings.SEMAPHORES, "base_url": base_url, "load_command": load}
     return render(request, "shop/home.html", context)
 
 
