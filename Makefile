@@ -6,7 +6,7 @@ DJANGO ?= Django>=5.2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo load test lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is required"'
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml Makefile
 
 demo: $(STAMP)
 	$(BIN)/python example_project/demo.py
+
+# Against the running demo; LOAD_ARGS="--url ... --concurrency 32" to change it.
+load: $(STAMP)
+	$(BIN)/python example_project/loadgen.py $(LOAD_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -1,16 +1,19 @@
 """``make demo``: the example site with everything it needs, stopped together on Ctrl-C.
 
 Starts a Redis-protocol server on a free loopback port (unless REDIS_URL is
-set) with its data under example_project/var/, migrates, creates the demo
-superuser, and runs the site. ``--smoke`` does all of that, fetches one page
-and stops: the test suite uses it to prove the start-up path works.
+set) with its data under example_project/var/ (or ``--data-dir``), migrates,
+creates the demo superuser, and runs the site. ``--smoke`` does all of that,
+fetches one page and stops: the test suite uses it to prove the start-up path
+works and leaves nothing running.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from django_semaphore.testing import RedisServer, free_port  # noqa: E402
 
 DEMO_USER, DEMO_PASSWORD = "admin", "admin"
+DEFAULT_PORT = 8000
 CREATE_SUPERUSER = f"""
 from django.contrib.auth import get_user_model
 User = get_user_model()
@@ -36,53 +40,89 @@ def manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([sys.executable, str(HERE / "manage.py"), *args], env=env, check=True, cwd=ROOT)
 
 
-def wait_for(url: str, timeout: float = 30.0) -> int:
+def wait_for(url: str, site: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
     deadline = time.monotonic() + timeout
     while True:
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 return int(response.status)
         except OSError:
+            if site.poll() is not None:
+                raise RuntimeError(f"the site exited with status {site.returncode}") from None
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
 
 
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        # As runserver binds: a port left in TIME_WAIT by the last run is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def banner(server: RedisServer, base: str, site: subprocess.Popen[bytes]) -> str:
+    started = "" if server.external_url else " (started for you)"
+    load = "make load" if base.endswith(f":{DEFAULT_PORT}") else f'make load LOAD_ARGS="--url {base}"'
+    status = (
+        f"REDIS_URL={shlex.quote(server.url)} .venv/bin/python example_project/manage.py semaphore_status --holders"
+    )
+    pids = f"site {site.pid}" + ("" if server.process is None else f", server {server.process.pid}")
+    return (
+        f"\n  Site:       {base}/   (what each page demonstrates)"
+        f"\n  Dashboard:  {base}/admin/django_semaphore/semaphoredashboard/"
+        f"\n              user {DEMO_USER!r}, password {DEMO_PASSWORD!r}"
+        f"\n  Redis:      {server.url}{started}"
+        f"\n  Load:       {load}   (in a second terminal; 503s appear within seconds)"
+        f"\n  Status:     {status}"
+        f"\n  Processes:  {pids}; Ctrl-C stops them all.\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "0")) or None)
+    parser.add_argument("--data-dir", type=Path, default=HERE / "var", help="database and server data")
     parser.add_argument("--smoke", action="store_true", help="start, fetch one page, stop")
     args = parser.parse_args(argv)
-    # `kill PID` stops the demo as cleanly as Ctrl-C does.
+    # `kill PID` stops the demo as cleanly as Ctrl-C does. Ctrl-C's handler is
+    # set explicitly: a shell starting us in the background hands us SIGINT
+    # ignored, and the site would inherit that and outlive us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    (HERE / "var").mkdir(exist_ok=True)
-    server = RedisServer(data_dir=str(HERE / "var" / "redis") if not os.environ.get("REDIS_URL") else None)
-    if not server.external_url:
-        Path(server.data_dir).mkdir(parents=True, exist_ok=True)
-    site = None
+    data_dir = args.data_dir.resolve()
+    external = bool(os.environ.get("REDIS_URL"))
+    (data_dir / "redis").mkdir(parents=True, exist_ok=True)
+    server = RedisServer(data_dir=None if external else str(data_dir / "redis"))
+    site: subprocess.Popen[bytes] | None = None
     try:
         server.start()
-        env = {**os.environ, "REDIS_URL": server.url, "DJANGO_SETTINGS_MODULE": "example_project.settings"}
+        env = {
+            **os.environ,
+            "REDIS_URL": server.url,
+            "DEMO_DB": str(data_dir / "db.sqlite3"),
+            "DJANGO_SETTINGS_MODULE": "example_project.settings",
+        }
         manage(env, "migrate", "--noinput", "-v", "0")
         manage(env, "shell", "-c", CREATE_SUPERUSER)
-        port = args.port or (8000 if not args.smoke and _port_free(8000) else free_port())
+        port = args.port or (DEFAULT_PORT if not args.smoke and port_free(DEFAULT_PORT) else free_port())
         base = f"http://127.0.0.1:{port}"
+        # runserver is threaded: concurrent requests really overlap, as under a production server.
         site = subprocess.Popen(
             [sys.executable, str(HERE / "manage.py"), "runserver", f"127.0.0.1:{port}", "--noreload"],
             env=env,
             cwd=ROOT,
         )
-        wait_for(base + "/")
-        print(
-            f"\n  Redis:     {server.url}{' (started for you)' if not server.external_url else ''}"
-            f"\n  Site:      {base}/"
-            f"\n  Admin:     {base}/admin/   (user {DEMO_USER!r}, password {DEMO_PASSWORD!r})"
-            "\n  Stop with Ctrl-C.\n",
-            flush=True,
-        )
+        status = wait_for(base + "/", site)
+        print(banner(server, base, site), flush=True)
         if args.smoke:
-            return 0
+            print(f"Smoke test: GET / answered {status}; stopping.", flush=True)
+            return 0 if status == 200 else 1
         site.wait()
     except KeyboardInterrupt:
         print("\nStopping.")
@@ -94,19 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 site.kill()
                 site.wait()
-        server.stop()
+        server.close()
     return 0
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 if __name__ == "__main__":

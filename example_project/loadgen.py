@@ -1,6 +1,6 @@
 """Fire concurrent requests at the running example site and report what came back.
 
-    .venv/bin/python example_project/loadgen.py --concurrency 20 --duration 15
+    make load   # or: .venv/bin/python example_project/loadgen.py --concurrency 20 --duration 15
 
 With ``make demo`` running, this makes the dashboard's bars and chart move and
 produces real 503s with Retry-After. Loopback only: it refuses other hosts.
@@ -21,7 +21,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-DEFAULT_PATHS = ["/reports/export/?seconds=1"]
+# Every guarded page of the demo, so a default run fills each semaphore on the dashboard.
+DEFAULT_PATHS = [
+    "/reports/export/",
+    "/search/?q=lamp",
+    "/prices/",
+    "/downloads/catalogue.csv",
+    "/inventory/",
+    "/api/products/",
+    "/api/products/lamp-01/",
+]
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -115,12 +124,17 @@ async def run(base_url: str, paths: list[str], concurrency: int, duration: float
     return tallies
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the running site (loopback only)")
     parser.add_argument("--path", action="append", dest="paths", help="a path to load (repeatable)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if urlsplit(args.url).hostname not in LOOPBACK:
         parser.error("the load generator only targets this machine (127.0.0.1 / localhost)")

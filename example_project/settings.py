@@ -17,6 +17,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Before django_semaphore, so the shop's django_semaphore/503.html replaces the default page.
+    "example_project.shop",
     "django_semaphore",
 ]
 MIDDLEWARE = [
@@ -26,12 +28,14 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # After authentication: user keys and the bypass predicate need request.user.
+    "django_semaphore.middleware.SemaphoreMiddleware",
 ]
 ROOT_URLCONF = "example_project.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -63,9 +67,45 @@ CACHES = {
     }
 }
 
+# Leases are about twice the work they cover: a permit is renewed in the
+# background every third of its lease, so slow work keeps it, and a crashed
+# worker's permits come back within one lease. A full semaphore's Retry-After
+# is the time until its nearest lease ends, so short leases also tell clients
+# to come back soon rather than in a minute.
 SEMAPHORES = {
-    # At most 4 report exports at once, site-wide.
-    "reports": {"limit": 4, "lease": 60},
-    # At most 2 searches per user; wait up to 1.5 s in line for a permit.
-    "search": {"limit": 2, "lease": 10, "wait": 1.5, "key": "user"},
+    # Sales reports are heavy on the database: at most 2 at once, site-wide.
+    "reports": {"limit": 2, "lease": 4},
+    # Searches: 2 at a time per signed-in user (per address when anonymous);
+    # a third waits up to 1 s in line before getting the 503.
+    "search": {"limit": 2, "lease": 3, "wait": 1, "key": "user_or_ip"},
+    # The supplier's API allows 3 concurrent calls and bans you beyond that:
+    # with Redis down we would rather answer 503 than call unguarded.
+    "supplier": {"limit": 3, "lease": 3, "on_error": "deny"},
+    # Catalogue downloads stream for seconds: at most 2 streams at once.
+    "downloads": {"limit": 2, "lease": 4},
+    # One inventory recount at a time; meanwhile others get the last count.
+    "inventory": {"limit": 1, "lease": 3},
+    # The JSON API, through the middleware: 3 requests at once per client
+    # address, and 8 at once in all.
+    "api_per_ip": {"limit": 3, "lease": 2, "key": "ip"},
+    "api": {"limit": 8, "lease": 2},
+    # Every request, in dry run: what a site-wide cap of 12 would do, before enforcing it.
+    "site": {"limit": 12, "lease": 5},
+}
+SEMAPHORE_MIDDLEWARE_RULES = [
+    {"semaphore": "api_per_ip", "path": r"^/api/"},
+    {"semaphore": "api", "path": r"^/api/"},
+    {"semaphore": "site", "mode": "dry-run"},
+]
+SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = [r"^/api/health/$", r"^/static/"]
+SEMAPHORE_MIDDLEWARE_BYPASS = "example_project.shop.limits.is_superuser"
+# The draft RateLimit-Policy / RateLimit response fields, so you can watch them in the browser.
+SEMAPHORE_RATELIMIT_HEADERS = True
+
+# Show the dry run's "would reject" lines in the console.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_semaphore": {"handlers": ["console"], "level": "INFO"}},
 }

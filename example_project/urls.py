@@ -1,10 +1,7 @@
 from django.contrib import admin
-from django.urls import path
-
-from . import views
+from django.urls import include, path
 
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("reports/export/", views.export_report, name="export-report"),
     path("admin/", admin.site.urls),
+    path("", include("example_project.shop.urls")),
 ]

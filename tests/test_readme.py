@@ -4,16 +4,20 @@
   validated the way ``manage.py check`` would.
 - Other ``python`` blocks run against the test server with README's own
   settings in force (top-level ``await``/``async with`` allowed).
-- ``sh`` blocks: every ``make`` target they name exists, and every file they
-  run is in the repository.
+- ``python`` blocks headed ``# example_project/<file> (excerpt)`` show the
+  example's code: each name they assign must equal that module's.
+- ``sh`` blocks: every ``make`` target they name exists, every file they
+  run is in the repository, and the load generator accepts their arguments.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import importlib
 import inspect
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +32,14 @@ BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 BLOCKS = [(m.group(1), m.group(2), README[: m.start()].count("\n") + 1) for m in BLOCK.finditer(README)]
 PYTHON = [(code, line) for lang, code, line in BLOCKS if lang == "python"]
 SHELL = [(code, line) for lang, code, line in BLOCKS if lang in ("sh", "bash", "console")]
+EXCERPT = re.compile(r"^# (example_project/[\w/]+)\.py \(excerpt\)\n")
+EXCERPTS = [(code, line) for code, line in PYTHON if EXCERPT.match(code)]
 
 
 def _settings_blocks() -> list[dict[str, Any]]:
     found = []
     for code, _line in PYTHON:
-        if re.search(r"^SEMAPHORES\s*=", code, re.M):
+        if re.search(r"^SEMAPHORES\s*=", code, re.M) and not EXCERPT.match(code):
             namespace: dict[str, Any] = {}
             exec(compile(code, "README.md", "exec"), namespace)
             found.append(namespace)
@@ -96,6 +102,19 @@ def test_fencing_example_refuses_a_stale_holder() -> None:
     assert db.execute("SELECT body FROM reports").fetchone() == ("new",)
 
 
+@pytest.mark.parametrize(("code", "line"), EXCERPTS, ids=[f"line-{line}" for _, line in EXCERPTS])
+def test_example_excerpts_match_the_code(code: str, line: int) -> None:
+    match = EXCERPT.match(code)
+    assert match is not None
+    module = importlib.import_module(match.group(1).replace("/", "."))
+    namespace: dict[str, Any] = {}
+    exec(compile(code, f"README.md:{line}", "exec"), namespace)
+    shown = {name: value for name, value in namespace.items() if name.isupper()}
+    assert shown, f"README.md:{line} shows no settings"
+    for name, value in shown.items():
+        assert value == getattr(module, name), f"README.md:{line}: {name} differs from {match.group(1)}.py"
+
+
 @pytest.mark.parametrize(("code", "line"), SHELL, ids=[f"line-{line}" for _, line in SHELL])
 def test_shell_blocks_name_real_things(code: str, line: int) -> None:
     makefile = (ROOT / "Makefile").read_text()
@@ -107,3 +126,8 @@ def test_shell_blocks_name_real_things(code: str, line: int) -> None:
             assert target in targets, f"README.md:{line}: make {target} is not a Makefile target"
         for path in re.findall(r"(?:\.venv/bin/python |python )([\w/]+\.py)", command):
             assert (ROOT / path).exists() or path == "manage.py", f"README.md:{line}: {path} is missing"
+        if "example_project/loadgen.py" in command:
+            from example_project import loadgen
+
+            arguments = shlex.split(command.split("example_project/loadgen.py", 1)[1])
+            loadgen.build_parser().parse_args(arguments)  # exits (a test error) on a bad option

@@ -1,0 +1,15 @@
+from django.urls import path
+
+from . import api, views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("reports/export/", views.export_report, name="export-report"),
+    path("search/", views.search, name="search"),
+    path("prices/", views.supplier_prices, name="supplier-prices"),
+    path("downloads/catalogue.csv", views.download_catalogue, name="download-catalogue"),
+    path("inventory/", views.InventoryView.as_view(), name="inventory"),
+    path("api/products/", api.products, name="api-products"),
+    path("api/products/<slug:sku>/", api.product, name="api-product"),
+    path("api/health/", api.health, name="api-health"),
+]
