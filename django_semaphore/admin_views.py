@@ -28,6 +28,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from .chart import HEIGHT, WIDTH, utilisation_chart
+from .conf import MAX_LIMIT
 from .exceptions import BackendUnavailable, UnknownSemaphore
 from .overview import SCHEMA_VERSION, duration, expand, is_keyed, known_partition, overview, summary
 from .results import Holder
@@ -284,8 +285,8 @@ def _limit_value(raw: str) -> int:
         value = int(raw)
     except ValueError:
         value = 0
-    if value < 1:
-        raise BadRequest(_("A limit must be a whole number of at least 1."))
+    if not 1 <= value <= MAX_LIMIT:
+        raise BadRequest(_("A limit must be a whole number from 1 to %(max)d.") % {"max": MAX_LIMIT})
     return value
 
 

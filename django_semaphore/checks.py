@@ -12,6 +12,7 @@ Errors:
 - E008 a middleware rule names a URL the URLconf does not have.
 - E009 a middleware rule is malformed (field, mode, regex, wait, weight).
 - E010 an app-wide ``SEMAPHORE_*`` setting has a wrong value.
+- E011 ``SEMAPHORE_PARTITION_IDLE`` is not a positive number of seconds.
 
 Warnings:
 
@@ -23,6 +24,7 @@ Warnings:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -34,7 +36,7 @@ from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from .admission import MODES
-from .conf import ON_ERROR_CHOICES, app_setting, declared, option_problems
+from .conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, declared, option_problems
 from .keys import check_prefix
 from .request_keys import key_problem
 from .rules import rule_problems, uses_middleware
@@ -209,6 +211,28 @@ def check_app_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         except (re.error, TypeError) as exc:
             bad("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS", f"{pattern!r} is not a regular expression: {exc}.", "Fix it.")
     return messages
+
+
+@register(APP)
+def check_partition_idle(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    # It becomes a PEXPIRE in ms inside the scripts: a garbage value would
+    # surface as a Redis error on the first keyed request, or never expire.
+    value = app_setting("SEMAPHORE_PARTITION_IDLE")
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0.001 <= value <= MAX_SECONDS
+    ):
+        return []
+    return [
+        _error(
+            11,
+            f"SEMAPHORE_PARTITION_IDLE must be a positive number of seconds (1 ms to ten years), not {value!r}.",
+            "It is how long an idle partition of a keyed semaphore keeps its keys; the default, 86400 "
+            "(a day), suits most sites. See README, 'Failure modes and guarantees' (Memory).",
+        )
+    ]
 
 
 def _as_list(value: Any) -> list[Any]:

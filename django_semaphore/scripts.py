@@ -13,6 +13,7 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
+from redis.cluster import ClusterPipeline
 from redis.exceptions import NoScriptError
 
 
@@ -29,6 +30,10 @@ _async: dict[str, Any] = {}
 
 def run(client: Any, name: str, keys: list[str], args: list[Any]) -> Any:
     """Run script ``name`` on a sync client (or pipeline)."""
+    if isinstance(client, ClusterPipeline):
+        # redis-py refuses EVALSHA in a cluster pipeline (it cannot load a
+        # missing script mid-pipeline): send the source, routed by its keys.
+        return client.execute_command("EVAL", source(name), len(keys), *keys, *args)
     script = _sync.get(name)
     if script is None:
         script = _sync[name] = client.register_script(source(name))

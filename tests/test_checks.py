@@ -179,3 +179,18 @@ def test_w002_rules_without_the_middleware(settings) -> None:
 def test_w003_middleware_before_authentication(settings) -> None:
     settings.MIDDLEWARE = [checks.MIDDLEWARE_PATH, *settings.MIDDLEWARE]
     assert ids(checks.check_middleware_installed()) == ["django_semaphore.W003"]
+
+
+@pytest.mark.parametrize("value", [0, -1, "86400", None, True, float("nan"), float("inf"), 0.0001, 10**10])
+def test_e011_partition_idle(settings, value: object) -> None:
+    settings.SEMAPHORE_PARTITION_IDLE = value
+    [message] = checks.check_partition_idle()
+    assert message.id == "django_semaphore.E011" and "SEMAPHORE_PARTITION_IDLE" in message.msg and message.hint
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E011"):
+        run_check()
+
+
+@pytest.mark.parametrize("value", [86400, 0.5, 3600.0])
+def test_e011_accepts_positive_seconds(settings, value: float) -> None:
+    settings.SEMAPHORE_PARTITION_IDLE = value
+    assert checks.check_partition_idle() == []

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...conf import MAX_LIMIT
 from ..common import describe, guarded, targets
 
 
@@ -27,8 +28,8 @@ class Command(BaseCommand):
         value, clear = options["value"], options["clear"]
         if (value is None) == (not clear):
             raise CommandError("Give either a new limit VALUE or --clear.")
-        if value is not None and value < 1:
-            raise CommandError("A limit must be an integer >= 1.")
+        if value is not None and not 1 <= value <= MAX_LIMIT:
+            raise CommandError(f"A limit must be an integer from 1 to {MAX_LIMIT}.")
         sems = guarded(lambda: targets(options["name"], options["key"]))
         if len(sems) != 1 or (sems[0].config.key is not None and sems[0].partition is None):
             raise CommandError(f"Semaphore {options['name']!r} is keyed: name the partition with --key.")
