@@ -24,8 +24,9 @@ class UnknownSemaphore(SemaphoreError, LookupError):
 class SemaphoreFull(SemaphoreError):
     """No permit was free within the wait allowed.
 
-    ``retry_after`` is whole seconds until the earliest lease ends on the
-    server's clock (at least 1), which is what a ``Retry-After`` header needs.
+    ``retry_after`` is whole seconds until a permit is expected to come free
+    (the sooner of the earliest lease end and the typical hold, both measured
+    by the server; at least 1), which is what a ``Retry-After`` header needs.
     """
 
     def __init__(
