@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 import redis
+import redis.asyncio.cluster
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 from django_semaphore.testing import RedisServer, find_binary, free_port
 
@@ -34,7 +39,44 @@ def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str =
         time.sleep(0.05)
 
 
-class ServerCluster:
+class _Group:
+    """Several servers started together and stopped together, also when start-up fails."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def pointed_at(cluster: ServerCluster, settings: Any) -> Iterator[None]:
+    """Point the app's sync and asyncio connections at ``cluster`` for one test."""
+    sync_client = cluster.client()
+    host, port = cluster.startup_nodes[0]
+    settings.SEMAPHORE_CONNECTION = lambda: sync_client
+    settings.SEMAPHORE_ASYNC_CONNECTION = lambda: redis.asyncio.cluster.RedisCluster(
+        host=host, port=port, socket_timeout=2
+    )
+    try:
+        yield
+    finally:
+        sync_client.close()
+
+
+class ServerCluster(_Group):
     """Three cluster-enabled masters sharing the 16384 slots, no replicas."""
 
     def __init__(self, masters: int = 3) -> None:
@@ -90,18 +132,6 @@ class ServerCluster:
         for node in self.nodes:
             node.close()
 
-    def __enter__(self) -> ServerCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
 
 def _cluster_ok(client: redis.Redis, nodes: int) -> bool:
     info = client.cluster("INFO")
@@ -128,7 +158,7 @@ class SentinelServer(RedisServer):
         return [self.binary or "", str(conf), "--sentinel"]
 
 
-class SentinelGroup:
+class SentinelGroup(_Group):
     """One master, one replica and one sentinel: the smallest set that can fail over."""
 
     def __init__(self) -> None:
@@ -175,18 +205,6 @@ class SentinelGroup:
     def close(self) -> None:
         for server in (self.sentinel, self.replica, self.master):
             server.close()
-
-    def __enter__(self) -> SentinelGroup:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _good_replicas(sentinel: redis.Redis) -> int:

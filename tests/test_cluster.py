@@ -22,7 +22,7 @@ from redis.crc import key_slot
 from django_semaphore import Semaphore, get_semaphore
 from django_semaphore.conf import SemaphoreConfig
 
-from .servers import ServerCluster
+from .servers import ServerCluster, pointed_at
 from .test_async import *  # noqa: F403 - re-run on the cluster
 from .test_core import *  # noqa: F403 - re-run on the cluster
 
@@ -43,16 +43,8 @@ _clients: dict[str, redis.cluster.RedisCluster] = {}
 def on_the_cluster(request: pytest.FixtureRequest, cluster: ServerCluster, settings) -> Iterator[None]:
     if request.node.originalname in STANDALONE_ONLY:
         pytest.skip("about a standalone server")
-    sync_client = cluster.client()
-    host, port = cluster.startup_nodes[0]
-    settings.SEMAPHORE_CONNECTION = lambda: sync_client
-    settings.SEMAPHORE_ASYNC_CONNECTION = lambda: redis.asyncio.cluster.RedisCluster(
-        host=host, port=port, socket_timeout=2
-    )
-    try:
+    with pointed_at(cluster, settings):
         yield
-    finally:
-        sync_client.close()
 
 
 def test_semaphores_spread_over_every_master(cluster: ServerCluster, key_prefix: str) -> None:

@@ -19,7 +19,7 @@ import redis.asyncio.cluster
 from django_semaphore import outcomes
 
 from .guards import declare
-from .servers import ServerCluster
+from .servers import ServerCluster, pointed_at
 from .test_admin import (  # noqa: F401 - re-run on the cluster, with their fixtures
     held,
     operator,
@@ -56,16 +56,8 @@ def cluster() -> Iterator[ServerCluster]:
 
 @pytest.fixture(autouse=True)
 def on_the_cluster(cluster: ServerCluster, settings) -> Iterator[None]:
-    sync_client = cluster.client()
-    host, port = cluster.startup_nodes[0]
-    settings.SEMAPHORE_CONNECTION = lambda: sync_client
-    settings.SEMAPHORE_ASYNC_CONNECTION = lambda: redis.asyncio.cluster.RedisCluster(
-        host=host, port=port, socket_timeout=2
-    )
-    try:
+    with pointed_at(cluster, settings):
         yield
-    finally:
-        sync_client.close()
 
 
 @pytest.fixture(autouse=True)
