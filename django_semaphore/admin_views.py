@@ -30,7 +30,7 @@ from django.utils.translation import gettext as _
 from .chart import HEIGHT, WIDTH, utilisation_chart
 from .conf import MAX_LIMIT
 from .exceptions import BackendUnavailable, UnknownSemaphore
-from .overview import SCHEMA_VERSION, duration, expand, is_keyed, known_partition, overview, summary
+from .overview import MAX_PARTITIONS, SCHEMA_VERSION, duration, expand, is_keyed, known_partition, overview, summary
 from .results import Holder
 from .semaphore import OUTAGE_ERRORS, Semaphore, get_semaphore
 
@@ -123,6 +123,7 @@ def _context(model_admin: ModelAdmin, request: HttpRequest, title: str, **extra:
         "poll_seconds": POLL_SECONDS,
         "chart_width": WIDTH,
         "chart_height": HEIGHT,
+        "max_partitions": MAX_PARTITIONS,
         "dashboard_url": _url(model_admin, "changelist"),
         **extra,
     }

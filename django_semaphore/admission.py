@@ -17,7 +17,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponseBase
 
 from . import failure, outcomes
-from .exceptions import BackendUnavailable, SemaphoreFull
+from .exceptions import BackendUnavailable, SemaphoreFull, WeightAboveLimit
 from .permit import Permit
 from .request_keys import NOT_LIMITED, akey_for, key_for
 from .semaphore import Attempt, Semaphore, get_semaphore
@@ -59,7 +59,8 @@ class Admission:
 
     @property
     def retry_after(self) -> int:
-        if self.outcome == outcomes.ERROR_DENIED:
+        # An outage, or a weight above the limit in force, has no lease to measure.
+        if self.outcome == outcomes.ERROR_DENIED or (self.limited and self.attempt is None):
             return failure.ERROR_RETRY_AFTER
         return self.attempt.retry_after if self.attempt is not None else 0
 
@@ -82,19 +83,27 @@ class Admission:
         if self.permit is None or self._released:
             return
         self._released = True
-        try:
-            self.permit.release()
-        except BackendUnavailable as exc:
-            logger.warning("Could not release %r; its lease will end it: %s", self.permit, exc)
+        _give_back(self.permit)
 
     async def arelease(self) -> None:
         if self.permit is None or self._released:
             return
         self._released = True
-        try:
-            await self.permit.arelease()
-        except BackendUnavailable as exc:
-            logger.warning("Could not release %r; its lease will end it: %s", self.permit, exc)
+        await _agive_back(self.permit)
+
+
+def _give_back(permit: Permit) -> None:
+    try:
+        permit.release()
+    except BackendUnavailable as exc:
+        logger.warning("Could not release %r; its lease will end it: %s", permit, exc)
+
+
+async def _agive_back(permit: Permit) -> None:
+    try:
+        await permit.arelease()
+    except BackendUnavailable as exc:
+        logger.warning("Could not release %r; its lease will end it: %s", permit, exc)
 
 
 def _partition(whole: Semaphore, value: Any) -> Semaphore | None:
@@ -138,6 +147,17 @@ def _decide(
     return _noted(request, admission)
 
 
+def _too_heavy(request: HttpRequest, semaphore: Semaphore, value: Any, mode: str, error: WeightAboveLimit) -> Admission:
+    """A weight above the limit in force (an operator lowered it at run time): answered as full.
+
+    The request cannot be granted until the limit is raised again, and an
+    operator who lowered it wants less load, not errors; ``manage.py check``
+    (E012) catches a weight above the declared limit before it gets here.
+    """
+    logger.warning("%s Answering %s %s as full.", error, request.method, request.path)
+    return _decide(request, semaphore, value, mode, None, None)
+
+
 def _noted(request: HttpRequest, admission: Admission) -> Admission:
     outcomes.record(
         admission.name, admission.outcome, partition=admission.partition, mode=admission.mode, request=request
@@ -174,7 +194,15 @@ def admit(
         attempt = semaphore.attempt(**_options(request, mode, wait, weight))
     except BackendUnavailable as exc:
         return _decide(request, semaphore, value, mode, None, exc)
-    return _decide(request, semaphore, value, mode, attempt, None)
+    except WeightAboveLimit as exc:
+        return _too_heavy(request, semaphore, value, mode, exc)
+    try:
+        return _decide(request, semaphore, value, mode, attempt, None)
+    except BaseException:
+        # Recording the outcome failed after the grant: nobody else would release it.
+        if attempt.permit is not None:
+            _give_back(attempt.permit)
+        raise
 
 
 async def aadmit(
@@ -196,7 +224,14 @@ async def aadmit(
         attempt = await semaphore.aattempt(**_options(request, mode, wait, weight))
     except BackendUnavailable as exc:
         return _decide(request, semaphore, value, mode, None, exc)
-    return _decide(request, semaphore, value, mode, attempt, None)
+    except WeightAboveLimit as exc:
+        return _too_heavy(request, semaphore, value, mode, exc)
+    try:
+        return _decide(request, semaphore, value, mode, attempt, None)
+    except BaseException:
+        if attempt.permit is not None:
+            await _agive_back(attempt.permit)
+        raise
 
 
 def release_all(admissions: Sequence[Admission]) -> None:

@@ -13,6 +13,14 @@ Errors:
 - E009 a middleware rule is malformed (field, mode, regex, wait, weight).
 - E010 an app-wide ``SEMAPHORE_*`` setting has a wrong value.
 - E011 ``SEMAPHORE_PARTITION_IDLE`` is not a positive number of seconds.
+- E012 a middleware rule's or a routed view's ``@semaphore`` weight is above the
+  semaphore's declared limit (every such request would be turned away).
+- E013 ``SEMAPHORE_RATELIMIT_HEADERS`` is not a bool.
+- E014 ``SEMAPHORE_ASYNC_CONNECTION`` is neither None, a callable nor an importable dotted path.
+
+Not checked: ``replicas`` > 0 with a Redis Cluster connection factory, which
+only calling the factory (opening a connection) would reveal; the first
+acquire raises ``ImproperlyConfigured`` instead.
 
 Warnings:
 
@@ -26,20 +34,20 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.urls import URLResolver, get_resolver
+from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from .admission import MODES
 from .conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, declared, option_problems
 from .keys import check_prefix
 from .request_keys import key_problem
-from .rules import rule_problems, uses_middleware
+from .rules import as_strings, rule_problems, uses_middleware
 
 APP = "django_semaphore"
 MIDDLEWARE_PATH = "django_semaphore.middleware.SemaphoreMiddleware"
@@ -205,11 +213,30 @@ def check_app_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
     prefix = app_setting("SEMAPHORE_IPV6_PREFIX")
     if isinstance(prefix, int) and prefix > 128:
         bad("SEMAPHORE_IPV6_PREFIX", "must be at most 128.", "64 groups a client's whole /64.")
-    for pattern in _as_list(app_setting("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS")):
+    exempt = app_setting("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS")
+    if exempt is not None and not isinstance(exempt, (str, list, tuple)):
+        bad("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS", "must be a regex or a list of them.", "See README, 'The middleware'.")
+        exempt = None
+    for pattern in as_strings(exempt):
         try:
             re.compile(pattern)
         except (re.error, TypeError) as exc:
             bad("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS", f"{pattern!r} is not a regular expression: {exc}.", "Fix it.")
+    headers = app_setting("SEMAPHORE_RATELIMIT_HEADERS")
+    if not isinstance(headers, bool):
+        messages.append(
+            _error(13, f"SEMAPHORE_RATELIMIT_HEADERS must be True or False, not {headers!r}.", "It is off by default.")
+        )
+    async_connection = app_setting("SEMAPHORE_ASYNC_CONNECTION")
+    if async_connection is not None and not _importable(async_connection):
+        messages.append(
+            _error(
+                14,
+                f"SEMAPHORE_ASYNC_CONNECTION {async_connection!r} is neither a callable nor the dotted path of one.",
+                "Give a function returning a redis.asyncio client (or its dotted path), or leave it None to "
+                "derive the asyncio client from SEMAPHORE_CONNECTION.",
+            )
+        )
     return messages
 
 
@@ -233,10 +260,6 @@ def check_partition_idle(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             "(a day), suits most sites. See README, 'Failure modes and guarantees' (Memory).",
         )
     ]
-
-
-def _as_list(value: Any) -> list[Any]:
-    return [value] if isinstance(value, str) else list(value or [])
 
 
 def url_names(resolver: URLResolver | None = None, prefix: str = "") -> set[str]:
@@ -272,7 +295,8 @@ def check_middleware_rules(app_configs: Any = None, **kwargs: Any) -> list[Check
         problem = key_problem(raw.get("key"))
         if problem:
             messages.append(_error(6, f"SEMAPHORE_MIDDLEWARE_RULES[{index}]['key']: {problem}", _KEY_HINT))
-        wanted = _as_list(raw.get("url_name"))
+        messages += _too_heavy(f"SEMAPHORE_MIDDLEWARE_RULES[{index}]", name, raw.get("weight"))
+        wanted = as_strings(raw.get("url_name"))
         if wanted:
             known_urls = url_names() if known_urls is None else known_urls
             messages += [
@@ -284,6 +308,51 @@ def check_middleware_rules(app_configs: Any = None, **kwargs: Any) -> list[Check
                 for url in wanted
                 if url not in known_urls
             ]
+    return messages
+
+
+def _too_heavy(where: str, name: object, weight: object) -> list[CheckMessage]:
+    """E012 when ``weight`` is above the declared limit of ``name`` (other mistakes are checked elsewhere)."""
+    options = declared().get(name) if isinstance(name, str) else None
+    limit = options.get("limit") if isinstance(options, Mapping) else None
+    if not (isinstance(weight, int) and isinstance(limit, int)) or weight <= limit:
+        return []
+    return [
+        _error(
+            12,
+            f"{where} takes weight {weight} of semaphore {name!r}, whose limit is {limit}: every such request "
+            "would be turned away.",
+            "Lower the weight, or raise the semaphore's limit.",
+        )
+    ]
+
+
+def routed_views(resolver: URLResolver | None = None) -> Iterator[Callable[..., Any]]:
+    """Every view the URLconf routes to, and the handlers of class-based ones."""
+    for entry in (resolver or get_resolver()).url_patterns:
+        if isinstance(entry, URLResolver):
+            yield from routed_views(entry)
+        elif isinstance(entry, URLPattern):
+            yield entry.callback
+            view_class = getattr(entry.callback, "view_class", None)
+            for method in ("dispatch", *getattr(view_class, "http_method_names", ())):
+                handler = getattr(view_class, method, None)
+                if handler is not None:
+                    yield handler
+
+
+@register(APP, Tags.urls)
+def check_decorated_views(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    # @semaphore records (name, weight) on the view it wraps; only views the
+    # URLconf imports can be seen here.
+    messages: list[CheckMessage] = []
+    seen: set[tuple[str, str, int]] = set()
+    for view in routed_views():
+        where = f"@semaphore on {getattr(view, '__module__', '?')}.{getattr(view, '__qualname__', view)}"
+        for name, weight in getattr(view, "semaphore_guards", ()):
+            if (where, name, weight) not in seen:
+                seen.add((where, name, weight))
+                messages += _too_heavy(where, name, weight)
     return messages
 
 

@@ -16,7 +16,7 @@ from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
 from .admission import Admission, aadmit, admit, afinish, finish
-from .responses import add_ratelimit_headers, respond
+from .responses import add_ratelimit_headers, arespond, respond
 
 View = Callable[..., Any]
 
@@ -56,31 +56,41 @@ def semaphore(
         add_ratelimit_headers(response, [admission])
         return response
 
+    async def arejected(request: HttpRequest, admission: Admission) -> HttpResponseBase:
+        # The 503 view and its template may touch the database (request.user):
+        # arespond keeps that off the event loop.
+        if raise_exception:
+            raise admission.exception()
+        response = await arespond(request, admission.exception())
+        add_ratelimit_headers(response, [admission])
+        return response
+
     async def guard_async(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         admission = await aadmit(request, name, key=key, wait=wait, weight=weight)
-        if admission.rejected and block:
-            return rejected(request, admission)
+        # Everything after the grant is inside the try: whatever raises, the permit goes back.
         try:
+            if admission.rejected and block:
+                return await arejected(request, admission)
             response = view(request, *args, **kwargs)
             if inspect.isawaitable(response):
                 response = await response
+            add_ratelimit_headers(response, [admission])
+            return await afinish(response, [admission])
         except BaseException:
             await admission.arelease()
             raise
-        add_ratelimit_headers(response, [admission])
-        return await afinish(response, [admission])
 
     def guard_sync(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         admission = admit(request, name, key=key, wait=wait, weight=weight)
-        if admission.rejected and block:
-            return rejected(request, admission)
         try:
+            if admission.rejected and block:
+                return rejected(request, admission)
             response = view(request, *args, **kwargs)
+            add_ratelimit_headers(response, [admission])
+            return finish(response, [admission])
         except BaseException:
             admission.release()
             raise
-        add_ratelimit_headers(response, [admission])
-        return finish(response, [admission])
 
     def decorator(view: View) -> View:
         if iscoroutinefunction(view):
@@ -88,7 +98,7 @@ def semaphore(
             async def async_view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
                 return await guard_async(view, request, *args, **kwargs)
 
-            return wraps(view)(async_view)
+            return _recorded(wraps(view)(async_view))
 
         def sync_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             # A sync callable run on the event loop's own thread is an async
@@ -97,7 +107,12 @@ def semaphore(
                 return guard_async(view, request, *args, **kwargs)
             return guard_sync(view, request, *args, **kwargs)
 
-        return wraps(view)(sync_view)
+        return _recorded(wraps(view)(sync_view))
+
+    def _recorded(wrapper: View) -> View:
+        # For the system checks (E012): which semaphores, at which weight, a routed view takes.
+        wrapper.semaphore_guards = (*getattr(wrapper, "semaphore_guards", ()), (name, weight))  # type: ignore[attr-defined]
+        return wrapper
 
     return decorator
 

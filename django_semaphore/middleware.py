@@ -23,7 +23,7 @@ from django.http import HttpRequest, HttpResponseBase
 from . import outcomes
 from .admission import Admission, aadmit, admit, afinish, arelease_all, finish, release_all, skipped
 from .exceptions import BackendUnavailable, SemaphoreFull
-from .responses import add_ratelimit_headers, respond
+from .responses import add_ratelimit_headers, arespond, respond
 from .rules import RequestView, Rule, active_rules, bypass_predicate, exempt_path
 
 GetResponse = Callable[[HttpRequest], Any]
@@ -56,45 +56,42 @@ class SemaphoreMiddleware:
         if rules and _bypass(request):
             _record_bypass(request, rules)
             return self.get_response(request)
-        held: list[Admission] = []
-        for rule in rules:
-            admission = admit(request, rule.semaphore, key=rule.key, wait=rule.wait, weight=rule.weight, mode=rule.mode)
-            held.append(admission)
-            if admission.rejected:
-                release_all(held)
-                return self._rejected(request, held)
+        held = _admit_all(request, rules)
+        if held and held[-1].rejected:
+            release_all(held)
+            return self._rejected(request, held)
         try:
             response = self.get_response(request)
+            add_ratelimit_headers(response, held)
+            return finish(response, held)
         except BaseException:
             release_all(held)
             raise
-        add_ratelimit_headers(response, held)
-        return finish(response, held)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         rules = [] if exempt_path(request) else matching_rules(request)
         if rules and await _abypass(request):
             _record_bypass(request, rules)
             return await self.get_response(request)
-        held: list[Admission] = []
-        for rule in rules:
-            admission = await aadmit(
-                request, rule.semaphore, key=rule.key, wait=rule.wait, weight=rule.weight, mode=rule.mode
-            )
-            held.append(admission)
-            if admission.rejected:
-                await arelease_all(held)
-                return await sync_to_async(self._rejected)(request, held)
+        held = await _aadmit_all(request, rules)
+        if held and held[-1].rejected:
+            await arelease_all(held)
+            return await self._arejected(request, held)
         try:
             response = await self.get_response(request)
+            add_ratelimit_headers(response, held)
+            return await afinish(response, held)
         except BaseException:
             await arelease_all(held)
             raise
-        add_ratelimit_headers(response, held)
-        return await afinish(response, held)
 
     def _rejected(self, request: HttpRequest, held: list[Admission]) -> HttpResponseBase:
         response = respond(request, held[-1].exception())
+        add_ratelimit_headers(response, held)
+        return response
+
+    async def _arejected(self, request: HttpRequest, held: list[Admission]) -> HttpResponseBase:
+        response = await arespond(request, held[-1].exception())
         add_ratelimit_headers(response, held)
         return response
 
@@ -102,6 +99,42 @@ class SemaphoreMiddleware:
         if isinstance(exception, (SemaphoreFull, BackendUnavailable)):
             return respond(request, exception)
         return None
+
+
+def _admit_all(request: HttpRequest, rules: list[Rule]) -> list[Admission]:
+    """Each rule's admission in order, up to the first rejection.
+
+    Anything raised on the way (a key function, a weight check, a signal
+    receiver) gives back the permits already taken before it propagates:
+    nobody else holds a reference that could release them.
+    """
+    held: list[Admission] = []
+    try:
+        for rule in rules:
+            held.append(
+                admit(request, rule.semaphore, key=rule.key, wait=rule.wait, weight=rule.weight, mode=rule.mode)
+            )
+            if held[-1].rejected:
+                break
+    except BaseException:
+        release_all(held)
+        raise
+    return held
+
+
+async def _aadmit_all(request: HttpRequest, rules: list[Rule]) -> list[Admission]:
+    held: list[Admission] = []
+    try:
+        for rule in rules:
+            held.append(
+                await aadmit(request, rule.semaphore, key=rule.key, wait=rule.wait, weight=rule.weight, mode=rule.mode)
+            )
+            if held[-1].rejected:
+                break
+    except BaseException:
+        await arelease_all(held)
+        raise
+    return held
 
 
 def _bypass(request: HttpRequest) -> bool:

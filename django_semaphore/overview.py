@@ -4,7 +4,9 @@
 same dicts, so monitoring scripts and the page agree on one schema (see
 README, "Operations"). A keyed semaphore is the sum of its partitions: its
 numbers add up across keys, and its ``utilisation`` is that of its busiest
-key, since one full key is what turns requests away.
+key, since one full key is what turns requests away. Only the first
+``MAX_PARTITIONS`` keys are read; a row that covers fewer than all says so
+with ``truncated``.
 """
 
 from __future__ import annotations
@@ -20,12 +22,29 @@ SCHEMA_VERSION = 1
 BUSIEST = 5
 MAX_HOLDERS = 100
 HOUR_MS = 3_600_000
+# Keys of one keyed semaphore whose status a summary reads (one pipelined round trip).
+MAX_PARTITIONS = 1000
 
 
 def semaphores(names: Iterable[str] = ()) -> list[Semaphore]:
     """The named semaphores (every declared one if none are named); unknown names raise."""
     wanted = list(names) or list(declared())
     return [get_semaphore(name) for name in wanted]
+
+
+class _Listed(Semaphore):
+    """A keyed semaphore whose partition list is already in hand.
+
+    ``partition_statuses`` lists the partitions itself; this hands it the
+    list the summary just read, so a refresh costs one registry read, not two.
+    """
+
+    def __init__(self, sem: Semaphore, labels: dict[str, str]) -> None:
+        super().__init__(sem.config, sem.key, partition=sem.partition)
+        self._labels = labels
+
+    def partitions(self) -> dict[str, str]:
+        return self._labels
 
 
 def is_keyed(sem: Semaphore) -> bool:
@@ -120,10 +139,11 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
         "on_error": config.on_error,
         "lease_s": config.lease,
         "configured_limit": config.limit,
+        "truncated": False,
     }
     if is_keyed(sem):
         labels = sem.partitions()
-        statuses = sem.partition_statuses(max_holders=MAX_HOLDERS)
+        statuses = _Listed(sem, labels).partition_statuses(MAX_PARTITIONS, MAX_HOLDERS)
         listed = [
             holder_dict(h, s.now_ms, s.partition, labels.get(s.partition or "")) for s in statuses for h in s.holders
         ]
@@ -134,6 +154,7 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
         )
         row.update(
             partitions=len(labels),
+            truncated=len(statuses) < len(labels),
             limit=config.limit,
             override=None,
             used=sum(s.used for s in statuses),

@@ -3,7 +3,10 @@
 The view that builds it is, in order: the semaphore's ``view`` option,
 ``SEMAPHORE_VIEW``, or ``semaphore_full`` below. Each is called as
 ``view(request, exception)`` with the ``SemaphoreFull`` (or, for a
-fail-closed semaphore during an outage, the ``BackendUnavailable``).
+fail-closed semaphore during an outage, the ``BackendUnavailable``), and
+may be an ``async def``. ``arespond`` runs a sync view in a thread, so a
+view or template that reads ``request.user`` or the database works for
+async views too.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.template import loader
 from django.utils.module_loading import import_string
@@ -76,7 +80,22 @@ def error_view(name: str | None) -> ErrorView:
 
 def respond(request: HttpRequest, exception: SemaphoreFull | BackendUnavailable) -> HttpResponseBase:
     """Run the configured view; make sure the answer carries Retry-After."""
-    response = error_view(getattr(exception, "name", None))(request, exception)
+    view = error_view(exception.name)
+    response = async_to_sync(view)(request, exception) if iscoroutinefunction(view) else view(request, exception)
+    return _with_retry_after(response, exception)
+
+
+async def arespond(request: HttpRequest, exception: SemaphoreFull | BackendUnavailable) -> HttpResponseBase:
+    """``respond`` for async callers: an async view is awaited, a sync one runs in a thread."""
+    view = error_view(exception.name)
+    if iscoroutinefunction(view):
+        response = await view(request, exception)
+    else:
+        response = await sync_to_async(view)(request, exception)
+    return _with_retry_after(response, exception)
+
+
+def _with_retry_after(response: HttpResponseBase, exception: Exception) -> HttpResponseBase:
     if not response.has_header("Retry-After"):
         response["Retry-After"] = str(retry_after(exception))
     return response

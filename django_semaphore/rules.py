@@ -36,7 +36,8 @@ from .conf import app_setting
 RULE_FIELDS = frozenset({"semaphore", "url_name", "path", "view_attribute", "methods", "key", "wait", "weight", "mode"})
 
 
-def _strings(value: Any) -> tuple[str, ...]:
+def as_strings(value: Any) -> tuple[str, ...]:
+    """One string or a list of them, as a tuple: a lone string is one item, never its characters."""
     if value is None:
         return ()
     return (value,) if isinstance(value, str) else tuple(value)
@@ -58,10 +59,10 @@ class Rule:
     def parse(cls, raw: Mapping[str, Any]) -> Rule:
         return cls(
             semaphore=raw["semaphore"],
-            url_names=_strings(raw.get("url_name")),
-            paths=_strings(raw.get("path")),
-            view_attributes=_strings(raw.get("view_attribute")),
-            methods=tuple(method.upper() for method in _strings(raw.get("methods"))),
+            url_names=as_strings(raw.get("url_name")),
+            paths=as_strings(raw.get("path")),
+            view_attributes=as_strings(raw.get("view_attribute")),
+            methods=tuple(method.upper() for method in as_strings(raw.get("methods"))),
             key=raw.get("key"),
             wait=raw.get("wait"),
             weight=raw.get("weight"),
@@ -121,7 +122,7 @@ def rule_problems(index: int, raw: object) -> list[str]:
         problems.append(f"{where} needs 'semaphore': the name of a semaphore.")
     if raw.get("mode", ENFORCE) not in MODES:
         problems.append(f"{where}['mode'] must be one of {MODES}.")
-    for pattern in _strings(raw.get("path")):
+    for pattern in as_strings(raw.get("path")):
         try:
             re.compile(pattern)
         except (re.error, TypeError) as exc:
@@ -146,7 +147,8 @@ def active_rules() -> list[Rule]:
 
 def exempt_path(request: HttpRequest) -> bool:
     """Paths no rule applies to (health checks, static files): regexes on ``path_info``."""
-    return any(re.match(pattern, request.path_info) for pattern in app_setting("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS"))
+    patterns = as_strings(app_setting("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS"))
+    return any(re.match(pattern, request.path_info) for pattern in patterns)
 
 
 def bypass_predicate() -> Callable[[HttpRequest], bool]:

@@ -29,4 +29,7 @@ urlpatterns = [
     path("reported-stream/", views.reported_stream),
     path("unguarded/", views.unguarded, name="unguarded"),
     path("unguarded-async/", views.unguarded_async, name="unguarded-async"),
+    path("weighty/", views.weighty),
+    path("weighty-async/", views.weighty_async),
+    path("no-response/", views.no_response),
 ]

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from django_semaphore import get_semaphore
+from django_semaphore import get_semaphore, overview
 from django_semaphore.testing import free_port
 
 pytestmark = pytest.mark.django_db
@@ -189,3 +189,19 @@ def test_redis_down_is_503_not_500(operator: Client, settings) -> None:
 
 def test_no_missing_migrations() -> None:
     call_command("makemigrations", "django_semaphore", "--check", "--dry-run", stdout=StringIO())
+
+
+def test_keyed_summaries_say_when_they_cover_only_the_first_keys(viewer: Client) -> None:
+    keys = overview.MAX_PARTITIONS + 1
+    for n in range(keys):
+        assert get_semaphore("search", key=f"user-{n}").acquire(auto_renew=False, lease=5) is not None
+    row = next(s for s in viewer.get(url("json")).json()["semaphores"] if s["name"] == "search")
+    assert (row["partitions"], row["truncated"]) == (keys, True)
+    assert row["used"] == overview.MAX_PARTITIONS  # one permit per key read, none from the key left out
+    assert f"first {overview.MAX_PARTITIONS} of {keys} keys" in viewer.get(url("changelist")).content.decode()
+    out = StringIO()
+    call_command("semaphore_status", "search", "reports", stdout=out)
+    assert f"search (first {overview.MAX_PARTITIONS} of {keys} keys)" in out.getvalue()
+    assert "Only the first" in out.getvalue()
+    reports = overview.summary(get_semaphore("reports"))
+    assert reports["truncated"] is False

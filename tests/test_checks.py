@@ -194,3 +194,60 @@ def test_e011_partition_idle(settings, value: object) -> None:
 def test_e011_accepts_positive_seconds(settings, value: float) -> None:
     settings.SEMAPHORE_PARTITION_IDLE = value
     assert checks.check_partition_idle() == []
+
+
+def test_e012_rule_weight_above_the_declared_limit(settings) -> None:
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "reports", "weight": 4}]  # limit 3
+    [message] = checks.check_middleware_rules()
+    assert message.id == "django_semaphore.E012" and "whose limit is 3" in message.msg and message.hint
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "reports", "weight": 3}]
+    assert checks.check_middleware_rules() == []
+
+
+def test_e012_decorated_view_weight_above_the_declared_limit(settings) -> None:
+    settings.ROOT_URLCONF = "tests.heavy_urls"
+    messages = checks.check_decorated_views()
+    assert ids(messages) == ["django_semaphore.E012"] * 2  # routed twice, reported once
+    assert "tests.heavy_urls.too_heavy" in messages[0].msg and "weight 4" in messages[0].msg
+    assert "TooHeavy.get" in messages[1].msg and "weight 5" in messages[1].msg
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E012"):
+        run_check()
+    settings.SEMAPHORES = {**settings.SEMAPHORES, "reports": {"limit": 5}}
+    assert checks.check_decorated_views() == []
+
+
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_e013_ratelimit_headers_must_be_a_bool(settings, value: object) -> None:
+    settings.SEMAPHORE_RATELIMIT_HEADERS = value
+    messages = checks.check_app_settings()
+    assert ids(messages) == ["django_semaphore.E013"] and "SEMAPHORE_RATELIMIT_HEADERS" in messages[0].msg
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E013"):
+        run_check()
+    settings.SEMAPHORE_RATELIMIT_HEADERS = True
+    assert checks.check_app_settings() == []
+
+
+@pytest.mark.parametrize("value", ["myproject.redis.no_such_factory", "default", 6379])
+def test_e014_async_connection_must_be_a_callable_or_its_path(settings, value: object) -> None:
+    settings.SEMAPHORE_ASYNC_CONNECTION = value
+    messages = checks.check_app_settings()
+    assert ids(messages) == ["django_semaphore.E014"] and "SEMAPHORE_ASYNC_CONNECTION" in messages[0].msg
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E014"):
+        run_check()
+
+
+@pytest.mark.parametrize("value", [None, "django_semaphore.testing.free_port", print])
+def test_e014_accepts_none_a_callable_or_its_path(settings, value: object) -> None:
+    settings.SEMAPHORE_ASYNC_CONNECTION = value
+    assert checks.check_app_settings() == []
+
+
+def test_exempt_paths_may_be_one_regex_or_a_list(settings) -> None:
+    for good in (r"^/healthz$", [r"^/healthz$", r"^/static/"], ()):
+        settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = good
+        assert checks.check_app_settings() == []
+    settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = "(["
+    assert ids(checks.check_app_settings()) == ["django_semaphore.E010"]
+    settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = 42
+    [message] = checks.check_app_settings()
+    assert message.id == "django_semaphore.E010" and "list" in message.msg

@@ -64,11 +64,12 @@ def test_status_json_schema(held) -> None:
     assert set(reports) >= {
         "name", "keyed", "partitions", "limit", "configured_limit", "override", "used", "holders", "waiting",
         "utilisation", "oldest_holder_age_s", "fence", "counters", "on_error", "lease_s", "busiest", "holder_list",
+        "truncated",
     }  # fmt: skip
     assert (reports["used"], reports["holders"], reports["utilisation"], reports["fence"]) == (3, 2, 1.0, 2)
     assert reports["counters"]["acquired"] == 2
     assert {h["label"] for h in reports["holder_list"]} == {"export", None}
-    assert search["keyed"] and search["partitions"] == 1
+    assert search["keyed"] and search["partitions"] == 1 and not search["truncated"]
     assert search["busiest"][0]["key"] == "alice" and search["holder_list"][0]["key"] == "alice"
 
 

@@ -340,7 +340,7 @@ def test_wait_times_out_and_leaves_the_line() -> None:
     started = time.monotonic()
     attempt = sem.attempt(wait=0.3)
     assert attempt.permit is None
-    assert 0.25 <= time.monotonic() - started < 2
+    assert time.monotonic() - started >= 0.25
     status = sem.status()
     assert status.waiting == 0 and status.counters["rejected"] == 1
 

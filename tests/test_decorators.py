@@ -8,8 +8,8 @@ import json
 import pytest
 from django.test import AsyncClient, Client
 
-from django_semaphore import SemaphoreFull, outcomes
-from django_semaphore.signals import semaphore_released
+from django_semaphore import SemaphoreFull, failure, get_semaphore, outcomes
+from django_semaphore.signals import semaphore_released, semaphore_request_outcome
 
 from .guards import declare, hold, used
 
@@ -296,4 +296,72 @@ def test_ipv6_clients_share_their_slash_64(client: Client) -> None:
     permit = hold(key="2001:db8:1:2::/64")
     assert client.get("/surface/keyed/ip/", REMOTE_ADDR="2001:db8:1:2::abcd").status_code == 503
     assert client.get("/surface/keyed/ip/", REMOTE_ADDR="2001:db8:1:3::1").status_code == 200
+    permit.release()
+
+
+# -- nothing taken is ever left behind; odd answers are still 503s ------------
+
+
+def test_a_failure_after_the_grant_gives_the_permit_back(client: Client) -> None:
+    # SystemExit (a worker timeout, say) is not an Exception: send_robust lets it through.
+    def stop(**kwargs: object) -> None:
+        raise SystemExit("worker timeout")
+
+    semaphore_request_outcome.connect(stop)
+    try:
+        with pytest.raises(SystemExit):
+            client.get("/surface/guarded/")
+    finally:
+        semaphore_request_outcome.disconnect(stop)
+    assert used() == 0
+
+
+def test_a_view_returning_no_response_gives_the_permit_back(client: Client, settings) -> None:
+    settings.SEMAPHORE_RATELIMIT_HEADERS = True  # the headers are added to the "response" first
+    with pytest.raises((TypeError, ValueError)):
+        client.get("/surface/no-response/")
+    assert used() == 0
+
+
+def test_a_weight_above_the_limit_in_force_is_answered_as_full(client: Client, caplog) -> None:
+    sitewide = get_semaphore("sitewide")
+    sitewide.set_limit(2)  # the views take weight 3
+    response = client.get("/surface/weighty/")
+    assert response.status_code == 503 and response["Retry-After"] == str(failure.ERROR_RETRY_AFTER)
+    assert "whose limit is 2" in caplog.text and "as full" in caplog.text
+
+    async def scenario() -> None:
+        full = await AsyncClient().get("/surface/weighty-async/", headers={"Accept": "application/json"})
+        assert full.status_code == 503 and full.json()["retry_after"] == failure.ERROR_RETRY_AFTER
+
+    run(scenario())
+    assert used("sitewide") == 0
+    sitewide.set_limit(None)
+    assert client.get("/surface/weighty/").json() == {"outcome": "acquired"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_view_renders_a_503_that_reads_the_user_off_the_event_loop(django_user_model, settings, tmp_path) -> None:
+    (tmp_path / "django_semaphore").mkdir()
+    (tmp_path / "django_semaphore" / "503.html").write_text("Busy, {{ request.user.username }}")
+    settings.TEMPLATES = [{**settings.TEMPLATES[0], "DIRS": [str(tmp_path)]}]
+    carol = django_user_model.objects.create_user("carol")
+
+    async def scenario() -> None:
+        client = AsyncClient()
+        await client.aforce_login(carol)
+        permit = hold()
+        response = await client.get("/surface/guarded-async/")
+        assert (response.status_code, response.content) == (503, b"Busy, carol")
+        permit.release()
+
+    run(scenario())
+
+
+def test_an_async_semaphore_view_is_awaited(client: Client, settings) -> None:
+    settings.SEMAPHORE_VIEW = "tests.views.too_many_async"
+    permit = hold()
+    for response in (client.get("/surface/guarded/"), run(AsyncClient().get("/surface/guarded-async/"))):
+        assert (response.status_code, response.content) == (429, b"slow down, async")
+        assert int(response["Retry-After"]) >= 1
     permit.release()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.test import AsyncClient, Client
 
-from django_semaphore import outcomes
+from django_semaphore import failure, get_semaphore, outcomes
 from django_semaphore.signals import semaphore_released
 
 from .guards import declare, hold, used
@@ -219,3 +219,51 @@ def test_async_process_exception() -> None:
         permit.release()
 
     asyncio.run(scenario())
+
+
+# -- a failure part-way through the rules gives back what was taken ------------
+
+
+def test_a_failing_later_rule_gives_back_the_earlier_permits(client: Client, settings) -> None:
+    # "guarded" is taken first (by name), then "sitewide"'s key function raises
+    rules(settings, {"semaphore": "guarded"}, {"semaphore": "sitewide", "key": "tests.views.exploding_key"})
+    with pytest.raises(RuntimeError, match="key function broke"):
+        client.get("/surface/both/")
+    assert used() == 0
+
+    async def scenario() -> None:
+        with pytest.raises(RuntimeError, match="key function broke"):
+            await AsyncClient().get("/surface/plain-async/")
+
+    asyncio.run(scenario())
+    assert used() == 0
+
+
+def test_a_rule_heavier_than_the_limit_in_force_is_answered_as_full(client: Client, settings, caplog) -> None:
+    rules(settings, {"semaphore": "guarded"}, {"semaphore": "sitewide", "weight": 3})
+    get_semaphore("sitewide").set_limit(2)
+    response = client.get("/surface/both/")
+    assert response.status_code == 503 and response["Retry-After"] == str(failure.ERROR_RETRY_AFTER)
+    assert "whose limit is 2" in caplog.text
+    assert (asyncio.run(AsyncClient().get("/surface/plain-async/"))).status_code == 503
+    assert used() == 0 and used("sitewide") == 0
+    get_semaphore("sitewide").set_limit(None)
+    assert client.get("/surface/both/").json() == {"guarded": 1, "sitewide": 3}
+
+
+def test_exempt_paths_may_be_one_string(client: Client, settings) -> None:
+    rules(settings, {"semaphore": "guarded"})
+    settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = r"^/surface/health/$"  # one regex, not its characters
+    permit = hold()
+    assert client.get("/surface/health/").status_code == 200
+    assert client.get("/surface/plain/").status_code == 503
+    permit.release()
+
+
+def test_async_rejection_renders_off_the_event_loop_with_an_async_view(settings) -> None:
+    rules(settings, {"semaphore": "guarded"})
+    settings.SEMAPHORE_VIEW = "tests.views.too_many_async"
+    permit = hold()
+    response = asyncio.run(AsyncClient().get("/surface/plain-async/"))
+    assert (response.status_code, response.content) == (429, b"slow down, async")
+    permit.release()

@@ -236,3 +236,28 @@ def unguarded(request: HttpRequest) -> JsonResponse:
 
 async def unguarded_async(request: HttpRequest) -> JsonResponse:
     return _outcome(request)
+
+
+def exploding_key(request: HttpRequest) -> str:
+    """A key function that fails: whatever was taken before it must be given back."""
+    raise RuntimeError("the key function broke")
+
+
+@semaphore("sitewide", weight=3)
+def weighty(request: HttpRequest) -> JsonResponse:
+    return _outcome(request)
+
+
+@semaphore("sitewide", weight=3)
+async def weighty_async(request: HttpRequest) -> JsonResponse:
+    return _outcome(request)
+
+
+@semaphore("guarded")
+def no_response(request: HttpRequest) -> None:
+    """A broken view that returns no response at all."""
+
+
+async def too_many_async(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """An ``async def`` SEMAPHORE_VIEW."""
+    return HttpResponse("slow down, async", status=429)

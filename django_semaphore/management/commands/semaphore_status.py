@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ...overview import duration, overview
+from ...overview import MAX_PARTITIONS, duration, overview
 from ..common import guarded
 
 BAR_WIDTH = 10
@@ -20,6 +20,12 @@ CLEAR_SCREEN = "\033[H\033[2J"
 def usage_bar(utilisation: float) -> str:
     filled = min(BAR_WIDTH, round(utilisation * BAR_WIDTH))
     return "[" + "#" * filled + "." * (BAR_WIDTH - filled) + "]"
+
+
+def key_count(row: dict[str, Any]) -> str:
+    if row["truncated"]:
+        return f"first {MAX_PARTITIONS} of {row['partitions']} keys"
+    return f"{row['partitions']} keys"
 
 
 def table(rows: list[tuple[str, ...]]) -> list[str]:
@@ -81,7 +87,7 @@ class Command(BaseCommand):
         rows = [COLUMNS]
         overridden = []
         for s in semaphores:
-            name = s["name"] + (f" ({s['partitions']} keys)" if s["keyed"] else "")
+            name = s["name"] + (f" ({key_count(s)})" if s["keyed"] else "")
             limit = str(s["limit"])
             if s["override"] is not None:
                 limit += "*"
@@ -111,6 +117,10 @@ class Command(BaseCommand):
             self.stdout.write("* runtime limit override; " + ", ".join(overridden))
         if any(s["keyed"] for s in semaphores):
             self.stdout.write("Keyed: LIMIT is per key, USED/WAIT add up all keys, USAGE is the busiest key.")
+        if any(s["truncated"] for s in semaphores):
+            self.stdout.write(
+                f"Only the first {MAX_PARTITIONS} keys of a keyed semaphore are read: its row is partial."
+            )
 
     def write_holders(self, row: dict[str, Any]) -> None:
         holders = row["holder_list"]
