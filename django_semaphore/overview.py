@@ -32,21 +32,6 @@ def semaphores(names: Iterable[str] = ()) -> list[Semaphore]:
     return [get_semaphore(name) for name in wanted]
 
 
-class _Listed(Semaphore):
-    """A keyed semaphore whose partition list is already in hand.
-
-    ``partition_statuses`` lists the partitions itself; this hands it the
-    list the summary just read, so a refresh costs one registry read, not two.
-    """
-
-    def __init__(self, sem: Semaphore, labels: dict[str, str]) -> None:
-        super().__init__(sem.config, sem.key, partition=sem.partition)
-        self._labels = labels
-
-    def partitions(self) -> dict[str, str]:
-        return self._labels
-
-
 def is_keyed(sem: Semaphore) -> bool:
     return sem.config.key is not None and sem.partition is None
 
@@ -143,7 +128,7 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
     }
     if is_keyed(sem):
         labels = sem.partitions()
-        statuses = _Listed(sem, labels).partition_statuses(MAX_PARTITIONS, MAX_HOLDERS)
+        statuses = sem.partition_statuses(MAX_PARTITIONS, MAX_HOLDERS, partitions=list(labels))
         listed = [
             holder_dict(h, s.now_ms, s.partition, labels.get(s.partition or "")) for s in statuses for h in s.holders
         ]

@@ -418,13 +418,17 @@ class Semaphore:
         with self._backend():
             return registry.read(get_client(), self.name)
 
-    def partition_statuses(self, max_partitions: int = 1000, max_holders: int = 100) -> list[SemaphoreStatus]:
+    def partition_statuses(
+        self, max_partitions: int = 1000, max_holders: int = 100, *, partitions: list[str] | None = None
+    ) -> list[SemaphoreStatus]:
         """The status of each known partition of a keyed semaphore, pipelined.
 
         One round trip for all of them, so a dashboard of a per-user limit
         does not cost one call per user; ``max_partitions`` bounds the work.
+        Pass ``partitions`` (hashes) when ``partitions()`` was just read.
         """
-        parts = [Semaphore(self.config, partition=p) for p in list(self.partitions())[:max_partitions]]
+        known = list(self.partitions()) if partitions is None else partitions
+        parts = [Semaphore(self.config, partition=p) for p in known[:max_partitions]]
         with self._backend():
             pipe = get_client().pipeline(transaction=False)
             for part in parts:
