@@ -54,27 +54,27 @@ def test_tasks_sharing_one_semaphore_each_leave_with_their_own_permit() -> None:
         shared = make(2)
         both_in = asyncio.Event()
         first_out = asyncio.Event()
-        count = 0
+        inside = 0
+
+        async def meet() -> None:
+            nonlocal inside
+            inside += 1
+            if inside == 2:
+                both_in.set()
+            await both_in.wait()
 
         async def first() -> None:
-            nonlocal count
             async with shared:
-                count += 1
-                await both_in.wait()
+                await meet()
             first_out.set()
 
         async def second() -> None:
-            nonlocal count
             async with shared as permit:
-                count += 1
-                if count == 2:
-                    both_in.set()
+                await meet()
                 await first_out.wait()
                 assert [h.token for h in (await shared.astatus()).holders] == [permit.token]
 
-        task = asyncio.create_task(first())
-        await asyncio.sleep(0)
-        await asyncio.gather(task, second())
+        await asyncio.wait_for(asyncio.gather(first(), second()), 30)
         assert (await shared.astatus()).used == 0
 
     asyncio.run(scenario())
