@@ -1,4 +1,4 @@
-"""The last hour of utilisation as SVG coordinates.
+"""Recent utilisation (up to the last hour) as SVG coordinates.
 
 The server computes the points and the page only sets them on an inline
 ``<svg>``: no chart library, no CDN, nothing to load offline, and the same
@@ -11,11 +11,14 @@ from typing import Any
 
 WIDTH = 360  # one unit per 10 s sample over an hour
 HEIGHT = 60
+# The window spans the history there is, between these bounds: a young
+# semaphore's first minutes fill the chart instead of a sliver at its edge.
 WINDOW_MS = 3_600_000
+MIN_WINDOW_MS = 300_000
 
 
-def _xy(at_ms: int, value: int, now_ms: int, top: int) -> str:
-    x = max(WIDTH - (now_ms - at_ms) / WINDOW_MS * WIDTH, 0.0)
+def _xy(at_ms: int, value: int, now_ms: int, top: int, window_ms: int) -> str:
+    x = max(WIDTH - (now_ms - at_ms) / window_ms * WIDTH, 0.0)
     y = HEIGHT - min(value, top) / top * HEIGHT
     return f"{x:.1f},{y:.1f}"
 
@@ -31,14 +34,16 @@ def utilisation_chart(
     samples = sorted(history, key=lambda s: s["at_ms"])
     samples.append({"at_ms": now_ms, "peak_used": used_now, "waiting": waiting_now})
     top = max([limit, 1, *(s["peak_used"] for s in samples), *(s["waiting"] for s in samples)])
-    used = [_xy(s["at_ms"], s["peak_used"], now_ms, top) for s in samples]
+    window_ms = min(max(now_ms - samples[0]["at_ms"], MIN_WINDOW_MS), WINDOW_MS)
+    used = [_xy(s["at_ms"], s["peak_used"], now_ms, top, window_ms) for s in samples]
     if used:
         first_x, last_x = used[0].split(",")[0], used[-1].split(",")[0]
         used = [f"{first_x},{HEIGHT}", *used, f"{last_x},{HEIGHT}"]
     return {
         "used": " ".join(used),
-        "waiting": " ".join(_xy(s["at_ms"], s["waiting"], now_ms, top) for s in samples),
+        "waiting": " ".join(_xy(s["at_ms"], s["waiting"], now_ms, top, window_ms) for s in samples),
         "limit_y": round(HEIGHT - limit / top * HEIGHT, 1),
         "top": top,
         "samples": len(samples) - 1,
+        "window_minutes": round(window_ms / 60_000),
     }
