@@ -145,7 +145,10 @@ class Semaphore:
         )
         # If the caller is interrupted, a permit may have been granted unseen
         # and its place in line may still be held: give both back.
-        abandon = [RunScript("release", *self._release_call(token)), RunScript("cancel", cancel_keys, cancel_args)]
+        abandon = [
+            RunScript("release", *self._release_call(token, unsure=True)),
+            RunScript("cancel", cancel_keys, cancel_args),
+        ]
         return token, weight, lease, flow, abandon
 
     @property
@@ -310,7 +313,7 @@ class Semaphore:
 
     # -- holder operations (used by Permit) ------------------------------
 
-    def _release_call(self, token: str) -> tuple[list[str], list[Any]]:
+    def _release_call(self, token: str, *, unsure: bool = False) -> tuple[list[str], list[Any]]:
         return self.keys.common, [
             _wire(token),
             self.config.limit,
@@ -318,6 +321,7 @@ class Semaphore:
             self._wake_ttl_ms,
             *self._history_args,
             self._idle_ms,
+            1 if unsure else 0,
         ]
 
     def _release(self, token: str) -> bool:

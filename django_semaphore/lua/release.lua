@@ -10,6 +10,8 @@
 -- ARGV[4] wake note ttl in ms
 -- ARGV[5] history sample interval in ms (0: no history), ARGV[6] samples kept
 -- ARGV[7] partition idle expiry in ms (0 for whole semaphores: no expiry)
+-- ARGV[8] '1' when the caller only may hold the token (an acquire cut off
+--         before its reply): an unknown token is then not counted as refused
 --
 -- Reply: {released (1 if the lease was still held, else 0), used, limit}
 local holders, info, state = KEYS[1], KEYS[2], KEYS[3]
@@ -26,7 +28,7 @@ local used = tonumber(st[2]) or 0
 local released = 0
 local fields
 if not score then
-  fields = {'refused', (tonumber(st[4]) or 0) + 1}
+  fields = ARGV[8] == '1' and {} or {'refused', (tonumber(st[4]) or 0) + 1}
 elseif tonumber(score) <= now then
   -- Its lease ran out before this release: reclaim_expired took it back.
   fields = {'lost', (tonumber(st[5]) or 0) + 1}
@@ -48,7 +50,9 @@ if waiting > 0 then
   waiting = redis.call('ZCARD', queue)
 end
 add_sample(fields, history, now, used, waiting, st[6], st[7], tonumber(ARGV[5]), tonumber(ARGV[6]))
-redis.call('HSET', state, unpack(fields))
+if #fields > 0 then
+  redis.call('HSET', state, unpack(fields))
+end
 if waiting > 0 then
   wake_waiters(queue, base, limit - used, wake_ttl)
 end
