@@ -14,7 +14,11 @@ import pytest
 import redis
 from django.conf import settings
 
-from django_semaphore.testing import RedisServer
+from django_semaphore.testing import RedisServer, ServerNotFound, find_binary
+
+# Short timeouts for servers a test stops or pauses, so outages show quickly.
+OWN_SERVER_SOCKET_TIMEOUT = 0.5
+OWN_SERVER_TIMEOUTS = f"socket_timeout={OWN_SERVER_SOCKET_TIMEOUT}&socket_connect_timeout={OWN_SERVER_SOCKET_TIMEOUT}"
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +46,24 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def own_server(settings) -> Iterator[RedisServer]:
+    """A server of this test's own, which it may stop, kill, restart or pause.
+
+    The app points at it with half-second socket timeouts.
+    """
+    try:
+        binary = find_binary()
+    except ServerNotFound:
+        pytest.skip("no server binary to start and stop")
+    server = RedisServer(binary).start()
+    settings.SEMAPHORE_CONNECTION = f"{server.url}?{OWN_SERVER_TIMEOUTS}"
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 def pytest_report_header(config: pytest.Config) -> str:

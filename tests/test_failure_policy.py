@@ -15,7 +15,7 @@ from django.test import AsyncClient, Client
 
 from django_semaphore import outcomes
 from django_semaphore.signals import semaphore_backend_error, semaphore_request_outcome
-from django_semaphore.testing import RedisServer, ServerNotFound, find_binary, free_port
+from django_semaphore.testing import RedisServer, free_port
 
 from .guards import declare
 
@@ -125,21 +125,6 @@ def test_backend_unavailable_raised_in_a_view_becomes_503_not_500(client: Client
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
     response = client.get("/surface/full-inside/")  # uses get_semaphore() directly
     assert response.status_code == 503 and response["Retry-After"] == "5"
-
-
-@pytest.fixture
-def own_server(settings) -> Iterator[RedisServer]:
-    """A server of this test's own, so the test may stop it."""
-    try:
-        binary = find_binary()
-    except ServerNotFound:
-        pytest.skip("no server binary to start and stop")
-    server = RedisServer(binary).start()
-    settings.SEMAPHORE_CONNECTION = f"{server.url}?{TIMEOUTS}"
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.mark.django_db  # response.close() sends request_finished, which tidies database connections

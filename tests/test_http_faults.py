@@ -18,20 +18,19 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 import redis
 
 from django_semaphore import get_semaphore, outcomes
-from django_semaphore.testing import RedisServer, ServerNotFound, find_binary
+from django_semaphore.testing import RedisServer
 
+from .conftest import OWN_SERVER_SOCKET_TIMEOUT
 from .guards import declare
 from .load import eventually
 
-SOCKET_TIMEOUT = 0.5
-TIMEOUTS = f"socket_timeout={SOCKET_TIMEOUT}&socket_connect_timeout={SOCKET_TIMEOUT}"
 PAUSE_MS = 3000
 # Generous: the socket timeout times redis-py's retries, plus a loaded machine;
 # still well under the pause, which is what must not bound a request.
@@ -120,20 +119,9 @@ def first_acquired(traffic: Traffic, moment: float) -> float:
     return min(r.started + r.seconds for r in traffic.since(moment) if r.outcome == "acquired") - moment
 
 
-@pytest.fixture
-def own_server(settings) -> Iterator[RedisServer]:
-    """A server of this test's own, so it may be killed, restarted and paused."""
-    try:
-        binary = find_binary()
-    except ServerNotFound:
-        pytest.skip("no server binary to start and stop")
-    server = RedisServer(binary).start()
-    settings.SEMAPHORE_CONNECTION = f"{server.url}?{TIMEOUTS}"
+@pytest.fixture(autouse=True)
+def fresh_outcomes() -> None:
     outcomes.reset()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def check_replies(replies: list[Reply], policy: str) -> None:
@@ -194,7 +182,8 @@ def test_pause_longer_than_the_socket_timeout_under_http_load(
     replies = traffic.replies
     slowest = max(reply.seconds for reply in during if reply.outcome == error)
     print(
-        f"on_error={policy}: slowest answer during the pause {slowest:.2f} s (socket timeout {SOCKET_TIMEOUT} s); "
+        f"on_error={policy}: slowest answer during the pause {slowest:.2f} s "
+        f"(socket timeout {OWN_SERVER_SOCKET_TIMEOUT} s); "
         f"guarded again {recovered:.2f} s after it ended; {Counter(r.outcome for r in replies)}"
     )
     check_replies(replies, policy)
