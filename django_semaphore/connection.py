@@ -20,10 +20,12 @@ from typing import Any
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.sentinel
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
+from redis.backoff import NoBackoff
 
 from .conf import app_setting
 
@@ -90,6 +92,7 @@ def _async_from_sync(client: Any) -> Any:
             "returning a redis.asyncio client."
         )
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _SHARED_OPTIONS}
+    kwargs["retry"] = _async_retry(pool.connection_kwargs.get("retry"))
     if isinstance(pool, redis.sentinel.SentinelConnectionPool):
         return _async_sentinel_master(pool, kwargs)
     if "path" in kwargs:
@@ -97,6 +100,16 @@ def _async_from_sync(client: Any) -> Any:
     if issubclass(pool.connection_class, redis.SSLConnection):
         kwargs["ssl"] = True
     return redis.asyncio.Redis(**kwargs)
+
+
+def _async_retry(sync_retry: Any) -> redis.asyncio.retry.Retry:
+    """As many retries as the sync client makes (django-redis pools: none).
+
+    redis.asyncio's own default retries ten times, which would turn one
+    socket timeout on a hung Redis into eleven for every async view.
+    """
+    retries = getattr(sync_retry, "_retries", 0) if sync_retry is not None else 0
+    return redis.asyncio.retry.Retry(NoBackoff(), retries)
 
 
 def _async_sentinel_master(pool: redis.sentinel.SentinelConnectionPool, kwargs: dict[str, Any]) -> Any:

@@ -408,8 +408,14 @@ class Semaphore:
                 scripts.run(
                     get_client(),
                     "set_limit",
-                    [self.keys.state, self.keys.queue],
-                    ["" if limit is None else limit, self.config.limit, self.keys.base, self._wake_ttl_ms],
+                    [self.keys.state, self.keys.queue, self.keys.holders],
+                    [
+                        "" if limit is None else limit,
+                        self.config.limit,
+                        self.keys.base,
+                        self._wake_ttl_ms,
+                        self._idle_ms,
+                    ],
                 )
             )
 

@@ -134,3 +134,20 @@ def test_pause_longer_than_the_socket_timeout_answers_unavailable_in_time() -> N
         assert elapsed < PAUSE_MS / 1000 / 2
         assert sem.acquire(wait=0, auto_renew=False) is not None
         admin.close()
+
+
+def test_fences_keep_increasing_across_a_restart_that_lost_the_data() -> None:
+    with own_server() as server:
+        sem = make("fenced", 1, lease=30)
+        before = sem.acquire(auto_renew=False)
+        assert before is not None
+        server.restart()  # no persistence: the fence counter is gone too
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                after = sem.acquire(auto_renew=False)
+                break
+            except BackendUnavailable:
+                assert time.monotonic() < deadline, "the restarted server never answered"
+                time.sleep(0.05)
+        assert after is not None and after.fence > before.fence

@@ -30,17 +30,21 @@ def test_idle_partition_keys_expire_after_the_last_lease(settings, redis_client:
     assert get_semaphore("search").partitions() == {sem.partition: "idle-user"}
 
 
-def test_expired_partition_starts_afresh_and_leaves_the_registry(settings, redis_client: redis.Redis) -> None:
+def test_expired_partition_starts_afresh_with_a_higher_fence_and_leaves_the_registry(
+    settings, redis_client: redis.Redis
+) -> None:
     settings.SEMAPHORE_PARTITION_IDLE = 0.3
     sem = get_semaphore("search", key="fleeting")
     first = sem.acquire(lease=0.2, auto_renew=False)
-    assert first is not None and first.fence == 1
+    assert first is not None
     first.release()
     time.sleep(0.6)
     assert not any(redis_client.exists(key) for key in sem.keys.common)
     assert get_semaphore("search").partitions() == {}
     again = get_semaphore("search", key="fleeting").acquire(auto_renew=False)
-    assert again is not None and again.fence == 1  # the fence restarts after an idle period
+    # The partition's keys (its fence included) are gone, yet a fresh fence is
+    # seeded from the server clock: it still beats the old one.
+    assert again is not None and again.fence > first.fence
 
 
 def test_whole_semaphores_keep_their_keys(redis_client: redis.Redis) -> None:
@@ -49,3 +53,10 @@ def test_whole_semaphores_keep_their_keys(redis_client: redis.Redis) -> None:
     assert permit is not None
     permit.release()
     assert redis_client.pttl(sem.keys.state) == -1
+
+
+def test_a_limit_override_of_a_partition_expires_with_it(settings, redis_client: redis.Redis) -> None:
+    settings.SEMAPHORE_PARTITION_IDLE = 0.3
+    sem = get_semaphore("search", key="never-used")
+    sem.set_limit(5)
+    assert 0 < redis_client.pttl(sem.keys.state) <= 300

@@ -144,3 +144,13 @@ def test_forked_child_does_not_renew_the_parents_permits() -> None:
             child.kill()
             child.join(5)
     assert permit.release() is True
+
+
+def test_the_asyncio_twin_of_a_cache_client_retries_as_often_as_it() -> None:
+    from django_semaphore.connection import _async_from_sync, get_client
+
+    sync_client = get_client()
+    sync_retry = sync_client.connection_pool.connection_kwargs.get("retry")
+    twin = _async_from_sync(sync_client)
+    expected = 0 if sync_retry is None else sync_retry._retries
+    assert twin.connection_pool.connection_kwargs["retry"]._retries == expected

@@ -93,11 +93,17 @@ if fits then
     leave_line()
     waiting = waiting - 1
   end
-  local fence = (tonumber(st[3]) or 0) + 1
+  -- A semaphore without a fence yet (new, or its keys were lost with a
+  -- restart or expired while idle) starts from the server clock in
+  -- microseconds, so fences keep increasing across such gaps as long as
+  -- the clock does and grants stay under a thousand per millisecond.
+  local fence = (tonumber(st[3]) or now * 1000) + 1
+  -- Written as digits: Lua would print a number this large as 1.7e+15.
+  local fence_text = string.format('%d', fence)
   redis.call('ZADD', holders, deadline, token)
-  redis.call('HSET', info, token, weight .. '|' .. now .. '|' .. fence .. '|' .. meta)
+  redis.call('HSET', info, token, weight .. '|' .. now .. '|' .. fence_text .. '|' .. meta)
   used = used + weight
-  local fields = {'fence', fence, 'used', used, 'acquired', (tonumber(st[4]) or 0) + 1}
+  local fields = {'fence', fence_text, 'used', used, 'acquired', (tonumber(st[4]) or 0) + 1}
   add_sample(fields, history, now, used, waiting, st[6], st[7], every_ms, keep)
   redis.call('HSET', state, unpack(fields))
   if waiting > 0 then
