@@ -69,9 +69,8 @@ CACHES = {
 
 # Leases are about twice the work they cover: a permit is renewed in the
 # background every third of its lease, so slow work keeps it, and a crashed
-# worker's permits come back within one lease. A full semaphore's Retry-After
-# is the time until its nearest lease ends, so short leases also tell clients
-# to come back soon rather than in a minute.
+# worker's permits come back within one lease. (Retry-After follows the
+# typical hold time, so leases need not be short for it.)
 SEMAPHORES = {
     # Sales reports are heavy on the database: at most 2 at once, site-wide.
     "reports": {"limit": 2, "lease": 4},

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +12,6 @@ from django_semaphore import get_semaphore
 
 from .conftest import ARTIFACTS
 
-DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 WAIT_MS = 15_000
 
 
@@ -69,9 +65,6 @@ def test_operator_finds_and_frees_a_stuck_permit(page: Any, live_server: Any, op
     page.wait_for_selector("[data-live-status]:not(.sem-stale)")
     expect_text(page, '[data-semaphore="weighted"] [data-field="used"]', "4")
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
-    if os.environ.get("UPDATE_DOCS_SCREENSHOT") or not DOCS_SCREENSHOT.exists():
-        DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
-        shutil.copyfile(ARTIFACTS / "dashboard.png", DOCS_SCREENSHOT)
     page.emulate_media(color_scheme="dark")
     page.screenshot(path=str(ARTIFACTS / "dashboard-dark.png"), full_page=True)
     page.emulate_media(color_scheme="light")
