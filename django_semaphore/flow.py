@@ -76,6 +76,10 @@ def acquire_flow(
         if remaining <= 0:
             yield leave
             return FlowResult(reply, time.monotonic() - started)
-        yield BlockOnWake(wake_key, next_block(remaining, reply.nearest_expiry_ms, waiter_ttl), leave)
+        woken = yield BlockOnWake(wake_key, next_block(remaining, reply.nearest_expiry_ms, waiter_ttl), leave)
+        handed = reply.handed(woken[1]) if woken else None
+        if handed is not None:
+            # A release granted us the permit: we hold it already.
+            return FlowResult(handed, time.monotonic() - started)
         reply = AcquireReply.parse((yield RunScript("acquire", acquire_keys, acquire_args)))
     return FlowResult(reply, time.monotonic() - started)

@@ -48,8 +48,9 @@ class Renewer:
         # keeps short-lived permits from paying a thread switch each.
         self._asleep_until = 0.0
 
-    def track(self, permit: Permit) -> None:
-        due_at = time.monotonic() + permit.lease / 3
+    def track(self, permit: Permit, *, soon: bool = False) -> None:
+        """Renew ``permit`` every third of its lease (``soon``: first at once)."""
+        due_at = time.monotonic() + (0 if soon else permit.lease / 3)
         with self._wakeup:
             self._due[permit] = due_at
             self._ensure_thread()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 GRANTED, RENEWED, QUEUED, FULL, TOO_HEAVY = 1, 2, 3, 0, -1
+# Granted by a release while waiting, on a short claim the holder renews.
+HANDED = 4
 
 
 def _text(value: Any) -> str:
@@ -36,9 +38,17 @@ class AcquireReply:
     def parse(cls, reply: list[Any]) -> AcquireReply:
         return cls(*(int(v) for v in reply))
 
+    def handed(self, note: bytes | str) -> AcquireReply | None:
+        """The grant a release pushed ("G|fence|deadline"), as a reply; None for a plain wake-up."""
+        text = note.decode() if isinstance(note, bytes) else note
+        if not text.startswith("G|"):
+            return None
+        _, fence, deadline = text.split("|")
+        return replace(self, code=HANDED, fence=int(fence), lease_deadline_ms=int(deadline), position=0)
+
     @property
     def granted(self) -> bool:
-        return self.code in (GRANTED, RENEWED)
+        return self.code in (GRANTED, RENEWED, HANDED)
 
 
 @dataclass(frozen=True)

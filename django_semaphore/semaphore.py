@@ -27,7 +27,7 @@ from .flow import FlowResult, RunScript, acquire_flow
 from .keys import SemaphoreKeys, hash_partition
 from .permit import Permit
 from .renewal import renewer
-from .results import TOO_HEAVY, SemaphoreStatus, retry_after_seconds
+from .results import HANDED, TOO_HEAVY, AcquireReply, SemaphoreStatus, retry_after_seconds
 
 __all__ = ["OUTAGE_ERRORS", "Attempt", "Semaphore", "all_semaphores", "get_semaphore"]
 
@@ -133,7 +133,15 @@ class Semaphore:
             self._idle_ms,
         ]
         cancel_args = [token, self.config.limit, self.keys.base, self._wake_ttl_ms]
-        cancel_keys = [self.keys.queue, self.keys.alive, self.keys.qweight, self.keys.state, self.keys.wake(token)]
+        cancel_keys = [
+            self.keys.queue,
+            self.keys.alive,
+            self.keys.qweight,
+            self.keys.state,
+            self.keys.wake(token),
+            self.keys.holders,
+            self.keys.info,
+        ]
         flow = acquire_flow(
             [*self.keys.common, self.keys.wake(token)],
             args,
@@ -159,6 +167,20 @@ class Semaphore:
     def _idle_ms(self) -> int:
         """How long a partition's keys outlive its last lease (whole semaphores: forever)."""
         return int(app_setting("SEMAPHORE_PARTITION_IDLE") * 1000) if self.partition else 0
+
+    def _on_claim(self, reply: AcquireReply, lease: float) -> bool:
+        """Whether the permit was handed over on a claim shorter than its lease."""
+        return reply.code == HANDED and lease * 1000 > self._claim_ms
+
+    def _renews_itself(self, attempt: Attempt, result: FlowResult, auto_renew: bool | None) -> bool:
+        """A permit on a claim that no background renewal will extend: the caller must."""
+        renewing = self.config.auto_renew if auto_renew is None else auto_renew
+        return attempt.permit is not None and not renewing and self._on_claim(result.reply, attempt.permit.lease)
+
+    @property
+    def _claim_ms(self) -> int:
+        """How long a permit handed to a waiter lives until the waiter renews it."""
+        return int(self.config.waiter_ttl * 2000)
 
     @property
     def _wake_ttl_ms(self) -> int:
@@ -190,7 +212,9 @@ class Semaphore:
             return Attempt(None, reply.used, reply.limit, reply.waiting, retry, result.waited)
         permit = Permit(self, token, reply.fence, weight, lease, reply.lease_deadline_ms, on_lost)
         if self.config.auto_renew if auto_renew is None else auto_renew:
-            renewer.track(permit)
+            # A permit handed over on a short claim is renewed at once, in the
+            # background: the caller holds it already.
+            renewer.track(permit, soon=self._on_claim(reply, lease))
         signals.emit(
             signals.semaphore_acquired, token=token, fence=reply.fence, weight=weight, waited=result.waited, **common
         )
@@ -219,7 +243,10 @@ class Semaphore:
                 raise self._unconfirmed(confirm)
             if result.reply.granted and self.partition is not None and self.key is not None:
                 registry.record(client, self.name, self.partition, self.key)
-        return self._finish(token, weight, lease, result, auto_renew, on_lost)
+        attempt = self._finish(token, weight, lease, result, auto_renew, on_lost)
+        if attempt.permit is not None and self._renews_itself(attempt, result, auto_renew):
+            attempt.permit.renew()
+        return attempt
 
     async def aattempt(
         self,
@@ -244,7 +271,10 @@ class Semaphore:
                 raise self._unconfirmed(confirm)
             if result.reply.granted and self.partition is not None and self.key is not None:
                 await registry.arecord(client, self.name, self.partition, self.key)
-        return self._finish(token, weight, lease, result, auto_renew, on_lost)
+        attempt = self._finish(token, weight, lease, result, auto_renew, on_lost)
+        if attempt.permit is not None and self._renews_itself(attempt, result, auto_renew):
+            await attempt.permit.arenew()
+        return attempt
 
     def _confirmation(self, client: Any) -> ReplicaConfirmation | None:
         if not self.config.replicas:
@@ -322,6 +352,7 @@ class Semaphore:
             *self._history_args,
             self._idle_ms,
             1 if unsure else 0,
+            self._claim_ms,
         ]
 
     def _release(self, token: str) -> bool:

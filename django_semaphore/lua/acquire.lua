@@ -64,6 +64,8 @@ end
 if redis.call('ZSCORE', holders, token) then
   redis.call('ZADD', holders, 'XX', deadline, token)
   local _, _, fence = parse_info(redis.call('HGET', info, token))
+  -- A waiter handed a permit just as it asked again: its note is moot.
+  redis.call('DEL', own_wake)
   earliest = tonumber(redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')[2])
   return reply(2, fence, 0, deadline)
 end
@@ -93,13 +95,7 @@ if fits then
     leave_line()
     waiting = waiting - 1
   end
-  -- A semaphore without a fence yet (new, or its keys were lost with a
-  -- restart or expired while idle) starts from the server clock in
-  -- microseconds, so fences keep increasing across such gaps as long as
-  -- the clock does and grants stay under a thousand per millisecond.
-  local fence = (tonumber(st[3]) or now * 1000) + 1
-  -- Written as digits: Lua would print a number this large as 1.7e+15.
-  local fence_text = string.format('%d', fence)
+  local fence, fence_text = next_fence(st[3], now)
   redis.call('ZADD', holders, deadline, token)
   redis.call('HSET', info, token, weight .. '|' .. now .. '|' .. fence_text .. '|' .. meta)
   used = used + weight
@@ -125,7 +121,7 @@ if mode == 'wait' then
   if not rank then
     local ticket = redis.call('HINCRBY', state, 'ticket', 1)
     redis.call('ZADD', queue, ticket, token)
-    redis.call('HSET', qweight, token, weight)
+    redis.call('HSET', qweight, token, weight .. '|' .. lease_ms .. '|' .. meta)
     rank = waiting
     waiting = waiting + 1
   end

@@ -10,7 +10,8 @@
 --                  lost, forced)
 --   queue    ZSET  waiter token -> ticket number (first come, first served)
 --   alive    ZSET  waiter token -> heartbeat deadline (ms, server clock)
---   qweight  HASH  waiter token -> weight asked for
+--   qweight  HASH  waiter token -> "weight|lease_ms|metadata": its request, so
+--                  that a release can grant it without waiting to be asked
 --   history  LIST  "sampled_at_ms|peak_used|waiting" utilisation samples
 --   <base>wake:<token>  LIST  one wake-up note per waiter (pushed on release)
 
@@ -97,6 +98,14 @@ local function wake_waiters(queue, base, free, wake_ttl_ms)
   end
 end
 
+local function parse_waiter(value)
+  if not value then
+    return 1, 0, ''
+  end
+  local weight, lease_ms, meta = string.match(value, '^(%d+)|(%d+)|(.*)$')
+  return tonumber(weight) or 1, tonumber(lease_ms) or 0, meta or ''
+end
+
 -- Sum of the weights of the first `count` waiters in line.
 local function weight_ahead(queue, qweight, count)
   if count <= 0 then
@@ -105,9 +114,58 @@ local function weight_ahead(queue, qweight, count)
   local tokens = redis.call('ZRANGE', queue, 0, count - 1)
   local total = 0
   for _, token in ipairs(tokens) do
-    total = total + tonumber(redis.call('HGET', qweight, token) or '1')
+    total = total + parse_waiter(redis.call('HGET', qweight, token))
   end
   return total
+end
+
+-- A fence for a new grant: one above the last, or, for a semaphore without
+-- one (new, or its keys were lost with a restart or expired while idle),
+-- the server clock in microseconds, so fences keep increasing across such
+-- gaps as long as the clock does and grants stay under a thousand per
+-- millisecond. Returned with its text: Lua would print a number this large
+-- as 1.7e+15.
+local function next_fence(last_raw, now)
+  local fence = (tonumber(last_raw) or now * 1000) + 1
+  return fence, string.format('%d', fence)
+end
+
+-- Hand free permits straight to the waiters at the head of the line, in
+-- order, as far as they fit (a head that does not fit stops the line: first
+-- come, first served). Each gets a grant note "G|fence|deadline" on its own
+-- wake list, so it holds the permit without another round trip. The lease
+-- runs `claim_ms` at first: a waiter that died since its last heartbeat
+-- holds the permit only that long; a live one renews at once.
+-- Returns the new use, the last fence and how many were granted.
+local function grant_heads(holders, info, queue, alive, qweight, base, limit, used, fence_raw, now, claim_ms,
+                           wake_ttl_ms)
+  local free = limit - used
+  if free <= 0 then
+    return used, fence_raw, 0
+  end
+  local granted = 0
+  local fence_text = fence_raw
+  for _, token in ipairs(redis.call('ZRANGE', queue, 0, free - 1)) do
+    local weight, lease_ms, meta = parse_waiter(redis.call('HGET', qweight, token))
+    if weight > limit - used then
+      break
+    end
+    local fence
+    fence, fence_text = next_fence(fence_text, now)
+    local deadline = now + math.min(lease_ms, claim_ms)
+    redis.call('ZADD', holders, deadline, token)
+    redis.call('HSET', info, token, weight .. '|' .. now .. '|' .. fence_text .. '|' .. meta)
+    redis.call('ZREM', queue, token)
+    redis.call('ZREM', alive, token)
+    redis.call('HDEL', qweight, token)
+    local wake = base .. 'wake:' .. token
+    redis.call('DEL', wake)
+    redis.call('RPUSH', wake, 'G|' .. fence_text .. '|' .. string.format('%d', deadline))
+    redis.call('PEXPIRE', wake, wake_ttl_ms)
+    used = used + weight
+    granted = granted + 1
+  end
+  return used, fence_text, granted
 end
 
 -- Utilisation history for the dashboard: at most one sample per `every_ms`,

@@ -1,4 +1,5 @@
--- Give back the permits held by `token` and wake the waiters that now fit.
+-- Give back the permits held by `token` and hand them to the waiters at the
+-- head of the line that now fit.
 -- Idempotent: releasing twice, or after the lease ran out, returns 0.
 --
 -- KEYS[1] holders ZSET, KEYS[2] info HASH, KEYS[3] state HASH,
@@ -12,6 +13,8 @@
 -- ARGV[7] partition idle expiry in ms (0 for whole semaphores: no expiry)
 -- ARGV[8] '1' when the caller only may hold the token (an acquire cut off
 --         before its reply): an unknown token is then not counted as refused
+-- ARGV[9] claim in ms: how long a permit handed to a waiter lives before the
+--         waiter renews it (the waiter may have died since its heartbeat)
 --
 -- Reply: {released (1 if the lease was still held, else 0), used, limit}
 local holders, info, state = KEYS[1], KEYS[2], KEYS[3]
@@ -22,7 +25,7 @@ local now = server_now_ms()
 local score = redis.call('ZSCORE', holders, token)
 reclaim_expired(holders, info, state, now)
 local st = redis.call('HMGET', state, 'limit', 'used', 'released', 'refused', 'lost', 'peak', 'sampled_at',
-                      'hold_avg')
+                      'hold_avg', 'fence', 'acquired')
 local limit = tonumber(st[1]) or tonumber(ARGV[2])
 local used = tonumber(st[2]) or 0
 local released = 0
@@ -47,14 +50,19 @@ end
 local waiting = redis.call('ZCARD', queue)
 if waiting > 0 then
   reclaim_dead_waiters(queue, alive, qweight, base, now)
+  local fence_text, granted
+  used, fence_text, granted = grant_heads(holders, info, queue, alive, qweight, base, limit, used, st[9], now,
+                                          tonumber(ARGV[9]), wake_ttl)
+  if granted > 0 then
+    for _, field in ipairs({'used', used, 'fence', fence_text, 'acquired', (tonumber(st[10]) or 0) + granted}) do
+      table.insert(fields, field)
+    end
+  end
   waiting = redis.call('ZCARD', queue)
 end
 add_sample(fields, history, now, used, waiting, st[6], st[7], tonumber(ARGV[5]), tonumber(ARGV[6]))
 if #fields > 0 then
   redis.call('HSET', state, unpack(fields))
-end
-if waiting > 0 then
-  wake_waiters(queue, base, limit - used, wake_ttl)
 end
 expire_when_idle({holders, info, state, queue, alive, qweight}, holders, now, tonumber(ARGV[7]))
 return {released, used, limit}
