@@ -127,6 +127,7 @@ def _child_renews_nothing(queue: multiprocessing.Queue) -> None:  # type: ignore
     queue.put(len(renewer._due))
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_forked_child_does_not_renew_the_parents_permits() -> None:
     sem = make(1, lease=30)
     permit = sem.acquire()
