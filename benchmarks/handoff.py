@@ -2,9 +2,10 @@
 
 The waiter is another process; both read CLOCK_MONOTONIC, which on Linux is
 one clock for the whole host, so the two readings can be subtracted. The
-release pushes a wake-up note inside its script, so the waiter is already on
-its way while the release reply travels back: the floor is about one round
-trip (the waiter's acquire).
+release grants the permit to the waiter inside its script and pushes the
+grant onto the waiter's wake list, so the waiter holds the permit as soon as
+its BLPOP returns, possibly before the release reply is back: what remains is
+waking a process.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ def waiter(conn: Any, samples: int) -> None:
     conn.send("ready")
     for _ in range(samples):
         conn.recv()
-        permit = semaphore.acquire(wait=10, auto_renew=False)
+        # Default settings: a permit handed over on a claim is renewed to its
+        # full lease by the background renewer, after the waiter holds it.
+        permit = semaphore.acquire(wait=10)
         conn.send(now_ns())
         permit.release()
 
