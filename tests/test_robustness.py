@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +19,7 @@ from django_semaphore import Semaphore
 from django_semaphore.conf import SemaphoreConfig
 from django_semaphore.renewal import renewer
 from django_semaphore.signals import semaphore_acquired
+from django_semaphore.testing import find_binary
 
 
 def make(limit: int = 2, **options: object) -> Semaphore:
@@ -155,3 +162,40 @@ def test_the_asyncio_twin_of_a_cache_client_retries_as_often_as_it() -> None:
     twin = _async_from_sync(sync_client)
     expected = 0 if sync_retry is None else sync_retry._retries
     assert twin.connection_pool.connection_kwargs["retry"]._retries == expected
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for init to reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_no_server_outlives_a_killed_test_run() -> None:
+    """A run killed outright (no clean-up) takes the servers it started with it."""
+    script = (
+        "from django_semaphore.testing import RedisServer\n"
+        "import sys, time\n"
+        "server = RedisServer(sys.argv[1]).start()\n"
+        "print(server.process.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    run = subprocess.Popen([sys.executable, "-c", script, find_binary()], stdout=subprocess.PIPE, text=True)
+    server_pid = 0
+    try:
+        assert run.stdout is not None
+        server_pid = int(run.stdout.readline())
+        run.kill()  # no finally, no atexit: only the parent-death signal can stop the server
+        run.wait(10)
+        deadline = time.monotonic() + 10
+        while _running(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(server_pid), "the server outlived the run that started it"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(10)
+        if server_pid and _running(server_pid):  # only when the assertion failed: still ours
+            os.kill(server_pid, signal.SIGKILL)
