@@ -129,10 +129,14 @@ def _context(model_admin: ModelAdmin, request: HttpRequest, title: str, **extra:
     }
 
 
+def _dashboard_rows(model_admin: ModelAdmin) -> list[dict[str, Any]]:
+    return [_decorate(model_admin, row) for row in overview(history=True)["semaphores"]]
+
+
 def dashboard(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
     _require(request, VIEW)
     try:
-        rows = [_decorate(model_admin, row) for row in overview(history=True)["semaphores"]]
+        rows = _dashboard_rows(model_admin)
     except OUTAGES as exc:
         return _unavailable(model_admin, request, exc)
     context = _context(
@@ -144,7 +148,7 @@ def dashboard(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
 def dashboard_json(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
     _require(request, VIEW)
     try:
-        rows = [_decorate(model_admin, row) for row in overview(history=True)["semaphores"]]
+        rows = _dashboard_rows(model_admin)
     except OUTAGES as exc:
         return _unavailable(model_admin, request, exc)
     return JsonResponse({"schema": SCHEMA_VERSION, "semaphores": rows})

@@ -28,11 +28,8 @@ class RunScript:
 
 @dataclass(frozen=True)
 class BlockOnWake:
-    """Sleep on the wake list; ``leave`` is what to run if the caller must give up."""
-
     key: str
     timeout: float
-    leave: RunScript
 
 
 @dataclass(frozen=True)
@@ -76,7 +73,7 @@ def acquire_flow(
         if remaining <= 0:
             yield leave
             return FlowResult(reply, time.monotonic() - started)
-        woken = yield BlockOnWake(wake_key, next_block(remaining, reply.nearest_expiry_ms, waiter_ttl), leave)
+        woken = yield BlockOnWake(wake_key, next_block(remaining, reply.nearest_expiry_ms, waiter_ttl))
         handed = reply.handed(woken[1]) if woken else None
         if handed is not None:
             # A release granted us the permit: we hold it already.

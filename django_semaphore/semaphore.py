@@ -172,10 +172,10 @@ class Semaphore:
         """Whether the permit was handed over on a claim shorter than its lease."""
         return reply.code == HANDED and lease * 1000 > self._claim_ms
 
-    def _renews_itself(self, attempt: Attempt, result: FlowResult, auto_renew: bool | None) -> bool:
+    def _renews_itself(self, result: FlowResult, lease: float, auto_renew: bool | None) -> bool:
         """A permit on a claim that no background renewal will extend: the caller must."""
         renewing = self.config.auto_renew if auto_renew is None else auto_renew
-        return attempt.permit is not None and not renewing and self._on_claim(result.reply, attempt.permit.lease)
+        return not renewing and self._on_claim(result.reply, lease)
 
     @property
     def _claim_ms(self) -> int:
@@ -244,7 +244,7 @@ class Semaphore:
             if result.reply.granted and self.partition is not None and self.key is not None:
                 registry.record(client, self.name, self.partition, self.key)
         attempt = self._finish(token, weight, lease, result, auto_renew, on_lost)
-        if attempt.permit is not None and self._renews_itself(attempt, result, auto_renew):
+        if attempt.permit is not None and self._renews_itself(result, lease, auto_renew):
             attempt.permit.renew()
         return attempt
 
@@ -272,7 +272,7 @@ class Semaphore:
             if result.reply.granted and self.partition is not None and self.key is not None:
                 await registry.arecord(client, self.name, self.partition, self.key)
         attempt = self._finish(token, weight, lease, result, auto_renew, on_lost)
-        if attempt.permit is not None and self._renews_itself(attempt, result, auto_renew):
+        if attempt.permit is not None and self._renews_itself(result, lease, auto_renew):
             await attempt.permit.arenew()
         return attempt
 

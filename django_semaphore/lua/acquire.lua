@@ -53,9 +53,7 @@ local function reply(code, fence, position, lease_deadline)
 end
 
 local function leave_line()
-  redis.call('ZREM', queue, token)
-  redis.call('ZREM', alive, token)
-  redis.call('HDEL', qweight, token)
+  drop_waiter(queue, alive, qweight, token)
   redis.call('DEL', own_wake)
 end
 

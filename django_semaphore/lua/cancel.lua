@@ -14,15 +14,10 @@ local queue, alive, qweight, state = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holders, info = KEYS[6], KEYS[7]
 local token = ARGV[1]
 
-local removed = redis.call('ZREM', queue, token)
-redis.call('ZREM', alive, token)
-redis.call('HDEL', qweight, token)
+local removed = drop_waiter(queue, alive, qweight, token)
 redis.call('DEL', KEYS[5])
 if redis.call('ZSCORE', holders, token) then
-  local weight = parse_info(redis.call('HGET', info, token))
-  redis.call('ZREM', holders, token)
-  redis.call('HDEL', info, token)
-  redis.call('HINCRBY', state, 'used', -weight)
+  redis.call('HINCRBY', state, 'used', -drop_holder(holders, info, token))
 end
 redis.call('HINCRBY', state, 'rejected', 1)
 local limit = effective_limit(state, tonumber(ARGV[2]))

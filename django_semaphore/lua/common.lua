@@ -28,6 +28,24 @@ local function parse_info(value)
   return tonumber(w), tonumber(acquired), tonumber(fence), meta
 end
 
+-- Remove one holder; returns its weight and when it acquired (for the
+-- caller's accounting of `used` and hold times).
+local function drop_holder(holders, info, token)
+  local weight, acquired = parse_info(redis.call('HGET', info, token))
+  redis.call('ZREM', holders, token)
+  redis.call('HDEL', info, token)
+  return weight, acquired
+end
+
+-- Take a waiter out of the line (granted, gave up, or too heavy); returns 1
+-- if it was in line. Its wake list is the caller's to keep or drop.
+local function drop_waiter(queue, alive, qweight, token)
+  local removed = redis.call('ZREM', queue, token)
+  redis.call('ZREM', alive, token)
+  redis.call('HDEL', qweight, token)
+  return removed
+end
+
 local function effective_limit(state, configured)
   local override = redis.call('HGET', state, 'limit')
   if override then
@@ -155,9 +173,7 @@ local function grant_heads(holders, info, queue, alive, qweight, base, limit, us
     local deadline = now + math.min(lease_ms, claim_ms)
     redis.call('ZADD', holders, deadline, token)
     redis.call('HSET', info, token, weight .. '|' .. now .. '|' .. fence_text .. '|' .. meta)
-    redis.call('ZREM', queue, token)
-    redis.call('ZREM', alive, token)
-    redis.call('HDEL', qweight, token)
+    drop_waiter(queue, alive, qweight, token)
     local wake = base .. 'wake:' .. token
     redis.call('DEL', wake)
     redis.call('RPUSH', wake, 'G|' .. fence_text .. '|' .. string.format('%d', deadline))

@@ -25,10 +25,7 @@ if ARGV[1] == '' then
   redis.call('DEL', holders, info)
   redis.call('HSET', state, 'used', 0)
 elseif redis.call('ZSCORE', holders, ARGV[1]) then
-  local weight = parse_info(redis.call('HGET', info, ARGV[1]))
-  redis.call('ZREM', holders, ARGV[1])
-  redis.call('HDEL', info, ARGV[1])
-  redis.call('HINCRBY', state, 'used', -weight)
+  redis.call('HINCRBY', state, 'used', -drop_holder(holders, info, ARGV[1]))
   released = {ARGV[1]}
 end
 if #released > 0 then

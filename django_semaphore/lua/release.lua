@@ -36,9 +36,7 @@ elseif tonumber(score) <= now then
   -- Its lease ran out before this release: reclaim_expired took it back.
   fields = {'lost', (tonumber(st[5]) or 0) + 1}
 else
-  local weight, acquired = parse_info(redis.call('HGET', info, token))
-  redis.call('ZREM', holders, token)
-  redis.call('HDEL', info, token)
+  local weight, acquired = drop_holder(holders, info, token)
   used = math.max(used - weight, 0)
   -- Moving average of hold times (1/8 weight per hold), for Retry-After.
   local held = math.max(now - acquired, 0)
