@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_semaphore import get_semaphore
+from django_semaphore import get_semaphore, outcomes
+
+MIDDLEWARE = "django_semaphore.middleware.SemaphoreMiddleware"
 
 # "guarded" guards the views in tests/views.py; "sitewide" is a second
 # semaphore for stacked middleware rules; "gated" is the live-server test's.
@@ -19,6 +21,14 @@ def declare(settings: Any, **overrides: dict[str, Any]) -> None:
     """Add the surface semaphores (``overrides`` replace options per name) to SEMAPHORES."""
     declared = {name: {**options, **overrides.get(name, {})} for name, options in SURFACE_SEMAPHORES.items()}
     settings.SEMAPHORES = {**settings.SEMAPHORES, **declared}
+
+
+def with_middleware(settings: Any) -> None:
+    """The surface semaphores plus the middleware, with no rules yet, and fresh outcome counts."""
+    declare(settings)
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
+    settings.SEMAPHORE_MIDDLEWARE_RULES = []
+    outcomes.reset()
 
 
 def used(name: str = "guarded", key: Any = None) -> int:

@@ -5,25 +5,39 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from django_semaphore import BackendUnavailable, Semaphore
 
-
-def eventually(condition: Callable[[], object], timeout: float = 10.0) -> float:
-    """Seconds until ``condition`` held; outages meanwhile count as "not yet"."""
-    started = time.monotonic()
-    while True:
-        try:
-            if condition():
-                return time.monotonic() - started
-        except BackendUnavailable:
-            pass
-        assert time.monotonic() - started < timeout, "condition not met in time"
-        time.sleep(0.02)
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
-class Load:
+class Workers:
+    """Threads running ``_run(index)`` until the ``with`` block ends."""
+
+    join_timeout = 15.0
+
+    def __init__(self, threads: int) -> None:
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
+
+    def _run(self, index: int) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(self.join_timeout)
+
+
+class Load(Workers):
     """Threads acquiring and releasing in a loop, counting every outcome.
 
     ``inside`` counts holders as the callers see them; ``over`` counts entries
@@ -32,15 +46,13 @@ class Load:
     """
 
     def __init__(self, sem: Semaphore, limit: int, threads: int = 3) -> None:
+        super().__init__(threads)
         self.sem, self.limit = sem, limit
         self.outcomes: Counter[str] = Counter()
         self.errors: list[BaseException] = []
         self.inside = 0
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
 
-    def _run(self) -> None:
+    def _run(self, index: int) -> None:
         while not self.stop.is_set():
             try:
                 permit = self.sem.acquire(wait=0.2, auto_renew=False)
@@ -71,16 +83,6 @@ class Load:
     def _count(self, outcome: str) -> None:
         with self.lock:
             self.outcomes[outcome] += 1
-
-    def __enter__(self) -> Load:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(15)
 
     def granted(self) -> int:
         with self.lock:

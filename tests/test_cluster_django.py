@@ -16,9 +16,7 @@ import pytest
 import redis
 import redis.asyncio.cluster
 
-from django_semaphore import outcomes
-
-from .guards import declare
+from .guards import with_middleware
 from .servers import ServerCluster, pointed_at
 from .test_admin import (  # noqa: F401 - re-run on the cluster, with their fixtures
     held,
@@ -45,8 +43,6 @@ from .test_middleware import (  # noqa: F401 - re-run on the cluster
 
 pytestmark = pytest.mark.django_db  # the admin tests log a user in
 
-MIDDLEWARE = "django_semaphore.middleware.SemaphoreMiddleware"
-
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ServerCluster]:
@@ -63,10 +59,7 @@ def on_the_cluster(cluster: ServerCluster, settings) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def surface(settings) -> None:
     """What the decorator and middleware modules' own autouse fixtures set up (no rules: the decorator alone)."""
-    declare(settings)
-    settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
-    settings.SEMAPHORE_MIDDLEWARE_RULES = []
-    outcomes.reset()
+    with_middleware(settings)
 
 
 def test_guarded_requests_left_keys_on_more_than_one_master(cluster: ServerCluster, client, key_prefix: str) -> None:

@@ -12,6 +12,7 @@ from django_semaphore import Semaphore
 from django_semaphore.conf import SemaphoreConfig
 
 from . import workers
+from .polling import wait_until
 
 spawn = multiprocessing.get_context("spawn")
 
@@ -49,19 +50,12 @@ def test_never_over_the_limit_under_contention(key_prefix: str, redis_client: re
     assert status.used == 0 and status.holder_count == 0 and status.waiting == 0
 
 
-def _wait_until(condition, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
 def test_killed_holder_permit_is_reclaimed_after_its_lease(key_prefix: str, redis_client: redis.Redis) -> None:
     sem = Semaphore(SemaphoreConfig.from_options("crashy", {"limit": 1, "lease": 1}))
     holder = spawn.Process(target=workers.hold_forever, args=(key_prefix, "crashy", 1, 1.0, 0))
     try:
         holder.start()
-        _wait_until(lambda: sem.status().used == 1)
+        wait_until(lambda: sem.status().used == 1)
         time.sleep(1.5)  # longer than the lease: the holder's renewer keeps it
         assert sem.acquire() is None
         holder.kill()
@@ -85,7 +79,7 @@ def test_dead_waiter_leaves_the_line_quickly(key_prefix: str) -> None:
     doomed = spawn.Process(target=workers.hold_forever, args=(key_prefix, "line", 1, 30.0, 60.0))
     try:
         doomed.start()
-        _wait_until(lambda: sem.status().waiting == 1)
+        wait_until(lambda: sem.status().waiting == 1)
         doomed.kill()
         doomed.join(5)
         holder.release()

@@ -18,6 +18,8 @@ from django_semaphore import (
 from django_semaphore.conf import SemaphoreConfig
 from django_semaphore.testing import RedisServer, find_binary
 
+from .polling import wait_until
+
 
 def make(limit: int = 2, **options: object) -> Semaphore:
     return Semaphore(SemaphoreConfig.from_options("adhoc", {"limit": limit, **options}))
@@ -142,10 +144,7 @@ def test_lost_signal_fires_when_renewal_finds_lease_gone() -> None:
         permit = sem.acquire()
         assert permit is not None
         sem.force_release(permit.token)
-        deadline = time.monotonic() + 2
-        while not permit.lost and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert permit.lost
+        wait_until(lambda: permit.lost, timeout=2)
         assert seen == [permit.token]
     finally:
         semaphore_lost.disconnect(receiver)
@@ -296,7 +295,7 @@ def test_fifo_waiters_served_in_arrival_order() -> None:
         thread.start()
         threads.append(thread)
         expected = len(threads)
-        _wait_until(lambda: sem.status().waiting == expected)  # noqa: B023 - checked at once
+        wait_until(lambda: sem.status().waiting == expected)  # noqa: B023 - checked at once
     holder.release()
     for thread in threads:
         thread.join(10)
@@ -311,13 +310,6 @@ def _wait_and_record(name: str, order: list[str]) -> None:
     permit.release()
 
 
-def _wait_until(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-
-
 def test_newcomer_without_wait_never_overtakes_the_line() -> None:
     sem = make(1)
     holder = sem.acquire()
@@ -325,7 +317,7 @@ def test_newcomer_without_wait_never_overtakes_the_line() -> None:
     result: list[object] = []
     waiter = threading.Thread(target=lambda: result.append(make(1).acquire(wait=5)))
     waiter.start()
-    _wait_until(lambda: sem.status().waiting == 1)
+    wait_until(lambda: sem.status().waiting == 1)
     holder.release()
     # The freed permit belongs to the waiter, even if a newcomer asks first.
     newcomer = sem.acquire(wait=0)
@@ -355,7 +347,7 @@ def test_release_wakes_the_waiter_by_push_not_by_timer(settings) -> None:
     got: list[object] = []
     thread = threading.Thread(target=lambda: got.append(make(1, lease=60).acquire(wait=5)))
     thread.start()
-    _wait_until(lambda: sem.status().waiting == 1)
+    wait_until(lambda: sem.status().waiting == 1)
     holder.release()
     thread.join(5)
     assert got and got[0] is not None

@@ -20,7 +20,8 @@ from django_semaphore.conf import SemaphoreConfig
 from django_semaphore.results import SemaphoreStatus
 from django_semaphore.testing import RedisServer, find_binary
 
-from .load import Load, eventually
+from .load import Load
+from .polling import eventually
 
 # Short timeouts so an outage is noticed fast; redis-py's own retries apply on top.
 TIMEOUTS = "socket_timeout=0.5&socket_connect_timeout=0.5"

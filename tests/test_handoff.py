@@ -6,7 +6,6 @@ import multiprocessing
 import os
 import signal
 import threading
-import time
 
 import redis
 
@@ -15,19 +14,13 @@ from django_semaphore.conf import SemaphoreConfig
 from django_semaphore.testing import RedisServer
 
 from . import workers
+from .polling import wait_until
 
 spawn = multiprocessing.get_context("spawn")
 
 
 def make(name: str, limit: int = 1, **options: object) -> Semaphore:
     return Semaphore(SemaphoreConfig.from_options(name, {"limit": limit, **options}))
-
-
-def _wait_until(condition, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def _scripts_run(client: redis.Redis) -> int:
@@ -47,7 +40,7 @@ def test_the_waiter_holds_the_permit_without_asking_again(own_server: RedisServe
     got: list[object] = []
     waiter = threading.Thread(target=lambda: got.append(make("handed", lease=1).acquire(wait=10, auto_renew=False)))
     waiter.start()
-    _wait_until(lambda: sem.status().waiting == 1)
+    wait_until(lambda: sem.status().waiting == 1)
     with redis.Redis.from_url(own_server.url) as admin:
         admin.config_resetstat()
         holder.release()
@@ -64,7 +57,7 @@ def test_a_handed_permit_is_renewed_to_its_full_lease() -> None:
     got: list[object] = []
     waiter = threading.Thread(target=lambda: got.append(make("renewed", lease=60).acquire(wait=10, auto_renew=False)))
     waiter.start()
-    _wait_until(lambda: sem.status().waiting == 1)
+    wait_until(lambda: sem.status().waiting == 1)
     holder.release()
     waiter.join(10)
     permit = got[0]
@@ -81,7 +74,7 @@ def test_a_permit_handed_to_a_frozen_waiter_comes_back_after_the_claim(key_prefi
     waiter = spawn.Process(target=workers.hold_forever, args=(key_prefix, "frozen", 1, 60.0, 60.0))
     try:
         waiter.start()
-        _wait_until(lambda: sem.status().waiting == 1)
+        wait_until(lambda: sem.status().waiting == 1)
         os.kill(waiter.pid, signal.SIGSTOP)  # alive to the line for up to a second, but it will never renew
         holder.release()  # handed to the frozen waiter on a short claim
         assert sem.status().used == 1

@@ -13,7 +13,6 @@ get permits again on their own once Redis is back.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +28,8 @@ from django_semaphore.testing import RedisServer
 
 from .conftest import OWN_SERVER_SOCKET_TIMEOUT
 from .guards import declare
-from .load import eventually
+from .load import Workers
+from .polling import eventually
 
 PAUSE_MS = 3000
 # Generous: the socket timeout times redis-py's retries, plus a loaded machine;
@@ -68,15 +68,15 @@ def fetch(url: str) -> Reply:
     return Reply(status, outcome, retry, started, seconds)
 
 
-class Traffic:
+class Traffic(Workers):
     """Client threads requesting the guarded views in a loop, keeping every reply."""
 
+    join_timeout = 40.0
+
     def __init__(self, base_url: str, threads: int = 3) -> None:
+        super().__init__(threads)
         self.base_url = base_url
         self.replies: list[Reply] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
 
     def _run(self, index: int) -> None:
         turn = index
@@ -98,16 +98,6 @@ class Traffic:
             assert time.monotonic() - started < timeout, "traffic did not get there in time"
             time.sleep(0.02)
         return time.monotonic() - started
-
-    def __enter__(self) -> Traffic:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(40)
 
 
 def count(replies: list[Reply], outcome: str) -> int:

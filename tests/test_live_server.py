@@ -8,7 +8,6 @@ and once the gate opens every permit comes back.
 from __future__ import annotations
 
 import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -18,6 +17,7 @@ from django_semaphore import get_semaphore
 
 from . import views
 from .guards import declare
+from .polling import wait_until
 
 PARALLEL = 10
 LIMIT = 3  # "gated" in tests/guards.py
@@ -29,15 +29,6 @@ def fetch(url: str) -> tuple[int, str | None]:
             return response.status, None
     except urllib.error.HTTPError as error:
         return error.code, error.headers.get("Retry-After")
-
-
-def wait_until(condition, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 @pytest.mark.django_db(transaction=True)
@@ -58,7 +49,7 @@ def test_exactly_the_limit_succeeds_the_rest_get_503(live_server, settings) -> N
         thread.start()
     try:
         # Every request is either inside the view or already answered 503.
-        assert wait_until(lambda: gate.entered + len(results) == PARALLEL)
+        wait_until(lambda: gate.entered + len(results) == PARALLEL)
         assert gate.entered == LIMIT
         status = get_semaphore("gated").status()
         assert status.used == LIMIT and len(status.holders) == LIMIT

@@ -11,17 +11,12 @@ from django.test import AsyncClient, Client
 from django_semaphore import failure, get_semaphore, outcomes
 from django_semaphore.signals import semaphore_released
 
-from .guards import declare, hold, used
-
-MIDDLEWARE = "django_semaphore.middleware.SemaphoreMiddleware"
+from .guards import hold, used, with_middleware
 
 
 @pytest.fixture(autouse=True)
 def surface(settings) -> None:
-    declare(settings)
-    settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
-    settings.SEMAPHORE_MIDDLEWARE_RULES = []
-    outcomes.reset()
+    with_middleware(settings)
 
 
 def rules(settings, *rules: dict[str, Any]) -> None:

@@ -17,7 +17,8 @@ from django_semaphore import BackendUnavailable, Semaphore
 from django_semaphore.conf import SemaphoreConfig
 from django_semaphore.testing import RedisServer, find_binary
 
-from .load import Load, eventually
+from .load import Load
+from .polling import eventually
 from .servers import SERVICE, SentinelGroup, wait_for
 
 
