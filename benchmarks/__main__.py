@@ -38,7 +38,7 @@ FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0)
 QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5)
 
 
-def benchmarks(plan: Plan, processes: int) -> dict[str, Callable[[Bench], dict[str, Any]]]:
+def benchmarks(plan: Plan, processes: int, wrk: bool = False) -> dict[str, Callable[[Bench], dict[str, Any]]]:
     from . import concurrency, contended, cycle, handoff, scale, web
 
     return {
@@ -46,15 +46,17 @@ def benchmarks(plan: Plan, processes: int) -> dict[str, Callable[[Bench], dict[s
         "contended": lambda b: contended.run(b, processes, plan.contended_seconds, plan.contended_repeats),
         "handoff": lambda b: handoff.run(b, plan.handoff_samples),
         "scale": lambda b: scale.run(b, plan.scale_seconds, plan.repeats),
-        "web": lambda b: web.run(b, plan.web_seconds, plan.repeats),
+        "web": lambda b: web.run(b, plan.web_seconds, plan.repeats, wrk),
         "async": lambda b: concurrency.run(b, plan.async_seconds, plan.repeats),
     }
 
 
-def run(names: list[str], plan: Plan, processes: int, progress: Callable[[str], None]) -> dict[str, Any]:
+def run(
+    names: list[str], plan: Plan, processes: int, progress: Callable[[str], None], wrk: bool = False
+) -> dict[str, Any]:
     results: dict[str, Any] = {"machine": machine(), "mode": "quick" if plan is QUICK else "full"}
     started = time.monotonic()
-    for name, benchmark in benchmarks(plan, processes).items():
+    for name, benchmark in benchmarks(plan, processes, wrk).items():
         if name not in names:
             continue
         progress(f"{name}...")
@@ -76,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown (for README)")
     parser.add_argument("--only", default="", help="comma-separated: cycle,contended,handoff,scale,web,async")
     parser.add_argument("--processes", type=int, default=0, help="contended processes (default 12; 4 with --quick)")
+    parser.add_argument("--wrk", action="store_true", help="drive the web benchmark with wrk (if installed)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     everything = ["cycle", "contended", "handoff", "scale", "web", "async"]
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    results = run(names, plan, args.processes or plan.processes, progress)
+    results = run(names, plan, args.processes or plan.processes, progress, args.wrk)
     if args.json:
         print(json.dumps(results, indent=2, default=str))
     elif args.markdown:

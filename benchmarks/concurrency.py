@@ -20,7 +20,7 @@ CONCURRENCY = 100
 
 def async_rate(seconds: float) -> float:
     from django_semaphore import get_semaphore
-    from django_semaphore.connection import get_async_client
+    from django_semaphore.core.connection import get_async_client
 
     semaphore = get_semaphore("cycle")
 

@@ -97,12 +97,16 @@ def _ratio_vs(figures: dict[str, dict[str, Any]], ours: str, rivals: list[str]) 
 
 def summarise(figures: dict[str, dict[str, Any]], processes: int, duration: float, repeats: int) -> dict[str, Any]:
     recipes = ["timestamp-zset", "fair-zset", "locked-fair-zset"]
-    safe = [r for r in recipes if r in figures and figures[r]["over_limit"] == 0]
-    unsafe = [r for r in recipes if r in figures and figures[r]["over_limit"] > 0]
+    # Safe by construction, not by what one run happened to catch (see peers.SAFE_BY_DESIGN).
+    safe = [r for r in recipes if r in peers.SAFE_BY_DESIGN]
+    unsafe = [r for r in recipes if r not in peers.SAFE_BY_DESIGN]
     vs_best, best = _ratio_vs(figures, "ours", recipes)
     vs_safe, best_safe = _ratio_vs(figures, "ours", safe)
     vs_unsafe, best_unsafe = _ratio_vs(figures, "ours", unsafe)
     vs_locks, best_lock = _ratio_vs(figures, "ours-limit-1", ["redis-py-lock", "python-redis-lock"])
+    unfair_vs_best, _ = _ratio_vs(figures, "ours-unfair", recipes)
+    unfair_vs_safe, _ = _ratio_vs(figures, "ours-unfair", safe)
+    unfair_vs_locks, _ = _ratio_vs(figures, "ours-limit-1-unfair", ["redis-py-lock", "python-redis-lock"])
     return {
         "contended_processes": processes,
         "contended_seconds": duration,
@@ -116,6 +120,10 @@ def summarise(figures: dict[str, dict[str, Any]], processes: int, duration: floa
         "contended_entries_ratio_vs_best_unsafe_peer": vs_unsafe,
         "contended_best_unsafe_peer": best_unsafe,
         "contended_limit1_ratio_vs_best_lock": vs_locks,
+        "contended_unfair_entries_ratio_vs_best_peer": unfair_vs_best,
+        "contended_unfair_entries_ratio_vs_best_safe_peer": unfair_vs_safe,
+        "contended_unfair_over_limit": figures.get("ours-unfair", {}).get("over_limit"),
+        "contended_limit1_unfair_ratio_vs_best_lock": unfair_vs_locks,
         "contended_best_lock": best_lock,
         "contended_peers": figures,
     }

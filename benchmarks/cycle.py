@@ -1,66 +1,132 @@
-"""Cycle: one client's acquire+release cycles per second, next to two PINGs (the floor).
+"""Cycle: one client's acquire+release cycles per second, next to the peers and two PINGs.
 
 An acquire and a release are one round trip each, so two PINGs on the same
-connection are the most a cycle could ever do. ``auto_renew=False`` keeps the
-background renewal thread out of the main figures (the permit is released
-long before its first renewal anyway); the default, with it on, is shown too.
+connection are the most a cycle could ever do. The peers do the same cycle
+in the same run, in turns (so noise hits all alike): redis-py's ``Lock``
+(non-blocking acquire, release), python-redis-lock, and the seed recipe "a
+ZSET of timestamps" (its try and its release). ``auto_renew=False`` keeps the
+background renewal out of the main figure (the permit is released long
+before its first renewal anyway); the default, with it on, is shown too.
 
-A second floor separates the client's cost from ours: two EVALSHAs of a script
-that does nothing, with as many keys and arguments as acquire and release pass
-and a reply as long, which is what redis-py must encode and parse anyway.
+Everything runs twice: with redis-py's own (pure Python) reply parser and,
+when it is installed, with hiredis (C), since the parser is a large share of
+what a client pays per call. Then the server's own time per operation
+(INFO commandstats, microseconds of CPU per call) for an acquire, a release
+and, for scale, redis-py's ``SET NX PX``.
 """
 
 from __future__ import annotations
 
 import statistics
+import uuid
+from collections.abc import Callable
 from typing import Any
 
+import redis
+from django.test import override_settings
+from redis._parsers import _RESP2Parser
+from redis.utils import HIREDIS_AVAILABLE
+
+from .peers import TimestampZset
 from .runtime import Bench, interleaved_rates, median_ratio
 
 
-def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
-    from django_semaphore import get_semaphore
+def _client(url: str, hiredis: bool) -> redis.Redis:
+    options: dict[str, Any] = {} if hiredis else {"parser_class": _RESP2Parser}
+    return redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, **options))
 
-    semaphore = get_semaphore("cycle")
-    client = bench.client
+
+def _cases(semaphore: Any, client: redis.Redis, prefix: str) -> dict[str, Callable[[], object]]:
+    import redis_lock
+
+    lock = client.lock(f"{prefix}redis-py-lock", timeout=10)
+    python_lock = redis_lock.Lock(client, f"{prefix}python-redis-lock", expire=10)
+    recipe = TimestampZset(client, f"{prefix}{{timestamp-zset}}", 1000)
 
     def two_pings() -> None:
         client.ping()
         client.ping()
 
-    empty = client.register_script("return {1, 2, 3, 4, 5, 6, 7, 8, 9}")
-    keys, args = [f"{bench.prefix}{{cycle}}:k{i}" for i in range(8)], list(range(11))
-
-    def two_empty_scripts() -> None:
-        empty(keys=keys, args=args)
-        empty(keys=keys[:7], args=args[:6])
-
-    def plain() -> None:
+    def ours() -> None:
         semaphore.acquire(wait=0, auto_renew=False).release()
 
-    def waiting_path() -> None:
+    def ours_waiting_path() -> None:
         semaphore.acquire(wait=1, auto_renew=False).release()
 
-    def renewed() -> None:
+    def ours_renewed() -> None:
         semaphore.acquire(wait=0).release()
 
-    rates = interleaved_rates(
-        {
-            "two_pings": two_pings,
-            "two_empty_scripts": two_empty_scripts,
-            "plain": plain,
-            "wait": waiting_path,
-            "auto_renew": renewed,
-        },
-        seconds,
-        repeats,
-    )
+    def redis_py_lock() -> None:
+        lock.acquire(blocking=False)
+        lock.release()
+
+    def python_redis_lock() -> None:
+        python_lock.acquire(blocking=False)
+        python_lock.release()
+
+    def timestamp_zset() -> None:
+        recipe.leave(recipe.try_acquire())
+
     return {
-        "cycle_two_pings_per_s": statistics.median(rates["two_pings"]),
-        "cycle_per_s": statistics.median(rates["plain"]),
-        "cycle_ratio_vs_2ping": median_ratio(rates["plain"], rates["two_pings"]),
-        "cycle_ratio_vs_2empty_scripts": median_ratio(rates["plain"], rates["two_empty_scripts"]),
-        "cycle_2empty_scripts_ratio_vs_2ping": median_ratio(rates["two_empty_scripts"], rates["two_pings"]),
-        "cycle_wait_ratio_vs_2ping": median_ratio(rates["wait"], rates["two_pings"]),
-        "cycle_auto_renew_ratio_vs_2ping": median_ratio(rates["auto_renew"], rates["two_pings"]),
+        "two_pings": two_pings,
+        "ours": ours,
+        "ours_wait": ours_waiting_path,
+        "ours_auto_renew": ours_renewed,
+        "redis_py_lock": redis_py_lock,
+        "python_redis_lock": python_redis_lock,
+        "timestamp_zset": timestamp_zset,
     }
+
+
+def _ratios(rates: dict[str, list[float]], tag: str) -> dict[str, float]:
+    ratio = {
+        f"cycle{tag}_ratio_vs_2ping": median_ratio(rates["ours"], rates["two_pings"]),
+        f"cycle{tag}_ratio_vs_redis_py_lock": median_ratio(rates["ours"], rates["redis_py_lock"]),
+        f"cycle{tag}_ratio_vs_python_redis_lock": median_ratio(rates["ours"], rates["python_redis_lock"]),
+        f"cycle{tag}_ratio_vs_timestamp_zset": median_ratio(rates["ours"], rates["timestamp_zset"]),
+        f"cycle{tag}_wait_ratio_vs_2ping": median_ratio(rates["ours_wait"], rates["two_pings"]),
+        f"cycle{tag}_auto_renew_ratio_vs_2ping": median_ratio(rates["ours_auto_renew"], rates["two_pings"]),
+    }
+    for peer in ("redis_py_lock", "python_redis_lock", "timestamp_zset"):
+        ratio[f"cycle{tag}_{peer}_ratio_vs_2ping"] = median_ratio(rates[peer], rates["two_pings"])
+    ratio[f"cycle{tag}_per_s"] = statistics.median(rates["ours"])
+    ratio[f"cycle{tag}_two_pings_per_s"] = statistics.median(rates["two_pings"])
+    return ratio
+
+
+def server_us(bench: Bench, semaphore: Any, count: int = 500) -> dict[str, float]:
+    """Microseconds of server CPU per acquire, per release, and per ``SET NX PX``."""
+    client = bench.client
+    permits = []
+    client.config_resetstat()
+    for _ in range(count):
+        permits.append(semaphore.acquire(wait=0, auto_renew=False))
+    acquire = client.info("commandstats")["cmdstat_fcall"]["usec_per_call"]
+    client.config_resetstat()
+    for permit in permits:
+        permit.release()
+    release = client.info("commandstats")["cmdstat_fcall"]["usec_per_call"]
+    client.config_resetstat()
+    for _ in range(count):
+        client.set(f"{bench.prefix}set-nx", uuid.uuid4().hex, nx=True, px=10_000)
+        client.delete(f"{bench.prefix}set-nx")
+    set_nx = client.info("commandstats")["cmdstat_set"]["usec_per_call"]
+    return {"server_us_acquire": acquire, "server_us_release": release, "server_us_set_nx_px": set_nx}
+
+
+def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
+    from django_semaphore import get_semaphore
+
+    results: dict[str, Any] = {"cycle_hiredis_available": HIREDIS_AVAILABLE}
+    for tag, hiredis in (("", False), ("_hiredis", True)):
+        if hiredis and not HIREDIS_AVAILABLE:
+            continue
+        client = _client(bench.url, hiredis)
+        with override_settings(SEMAPHORE_CONNECTION=lambda client=client: client):
+            semaphore = get_semaphore("cycle")
+            rates = interleaved_rates(_cases(semaphore, client, bench.prefix), seconds, repeats)
+            results.update(_ratios(rates, tag))
+            if not hiredis:
+                results.update(server_us(bench, semaphore))
+        client.close()
+    return results

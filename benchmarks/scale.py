@@ -34,9 +34,10 @@ def timed(cycle: Callable[[], None], untimed: Callable[[], None] | None, seconds
 
 
 def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
-    from django.conf import settings
+    from django.test import override_settings
 
-    from django_semaphore import get_semaphore, scripts
+    from django_semaphore import get_semaphore
+    from django_semaphore.core import scripts
 
     semaphore = get_semaphore("scale")
     held: list[Any] = []
@@ -68,19 +69,15 @@ def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
     # need to heartbeat (a long waiter TTL), then one permit freed. Each cycle
     # the head of the line acquires and releases (timed), then joins the tail
     # again (not timed), so the line stays 1,000 long.
-    saved_ttl = getattr(settings, "SEMAPHORE_WAITER_TTL", None)
-    settings.SEMAPHORE_WAITER_TTL = 600
-    try:
+    with override_settings(SEMAPHORE_WAITER_TTL=600):
         line = get_semaphore("scale")
         line.set_limit(HOLDERS[0] + 1)
         hold(HOLDERS[0] + 1)
 
         def join_line(identity: str) -> None:
-            # The acquire script's first call in waiting mode, without then
-            # blocking on the wake list as acquire() would.
-            _, _, _, flow, _ = line._plan(60, None, None, identity, None, None)
-            step = next(flow)
-            scripts.run(bench.client, step.name, step.keys, step.args)
+            # The acquire's first call in waiting mode, without then blocking
+            # on the wake list as acquire() would.
+            scripts.run(bench.client, line._request(wait=60, identity=identity).acquire_call(0))
 
         for i in range(WAITERS):
             join_line(f"w{i}")
@@ -96,11 +93,6 @@ def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
 
         waiting = [timed(head_cycle, rejoin, seconds) for _ in range(repeats)]
         line.set_limit(None)
-    finally:
-        if saved_ttl is None:
-            del settings.SEMAPHORE_WAITER_TTL
-        else:
-            settings.SEMAPHORE_WAITER_TTL = saved_ttl
     hold(0)
     base_cost = statistics.median(base)
     return {

@@ -1,4 +1,4 @@
-"""Django settings for the benchmarks: no database, no middleware, one URL.
+"""Django settings for the benchmarks: no database, one trivial view, the semaphore middleware.
 
 The Redis URL and key prefix are filled in at run time (``runtime.fresh_redis``),
 because each benchmark starts its own server; the processes a benchmark spawns
@@ -12,7 +12,8 @@ DEBUG = False
 USE_TZ = True
 ALLOWED_HOSTS = ["*"]
 INSTALLED_APPS = ["django_semaphore"]
-MIDDLEWARE: list[str] = []
+MIDDLEWARE = ["django_semaphore.middleware.SemaphoreMiddleware"]
+SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "web", "path": r"^/ruled$"}]
 ROOT_URLCONF = "benchmarks.webapp"
 DATABASES: dict[str, dict[str, str]] = {}
 # A URL, not a django-redis alias: the benchmarks create servers on the fly
@@ -26,6 +27,8 @@ SEMAPHORES = {
     # The contended and hand-off benchmarks make the line form on purpose.
     "contended": {"limit": 3, "lease": 10},
     "mutex": {"limit": 1, "lease": 10},
+    "contended-unfair": {"limit": 3, "lease": 10, "fair": False},
+    "mutex-unfair": {"limit": 1, "lease": 10, "fair": False},
     "handoff": {"limit": 1, "lease": 30},
     # Room for 10,000 holders; the waiting-line case overrides the limit at run time.
     "scale": {"limit": 20_000, "lease": 600},

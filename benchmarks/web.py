@@ -1,15 +1,18 @@
-"""Web: requests/s of a trivial view through gunicorn, driven by wrk, bare and guarded.
+"""Web: what guarding a view costs a request, through gunicorn, in Redis round trips.
 
-One sync gunicorn worker and one wrk connection: the worker serves one
-request at a time, so 1/rate is the time a request costs it, and the
-difference between the guarded and the bare view is what the guard adds
-(its acquire and release), to be compared with one Redis round trip.
-wrk (Debian: ``apt-get install wrk``) is the load tool, so the client's cost
-is C, not Python; without it this benchmark is skipped with a note.
+One sync gunicorn worker and one keep-alive connection: the worker serves one
+request at a time, so 1/rate is what a request costs it, and the difference
+between a guarded and the bare view is what the guard adds (its acquire and
+release, and the Django layer around them), to be compared with one PING
+round trip. The view is guarded twice over: by ``@semaphore``, and by a
+middleware rule. The load comes from this process (``http.client``, so nothing
+to install); its own cost is the same for every view, and cancels out in the
+difference. ``--wrk`` drives it with wrk instead, if installed.
 """
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import shutil
@@ -17,7 +20,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +28,31 @@ from django_semaphore.testing import free_port
 from .runtime import Bench, ping_rtt
 
 ROOT = Path(__file__).resolve().parent.parent
+VIEWS = ("bare", "decorated", "ruled")
 
 
-def wrk_rate(url: str, seconds: float) -> float:
+def keep_alive_rate(port: int, path: str, seconds: float) -> float:
+    """Requests per second over one keep-alive connection, one at a time."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        count = 0
+        start = time.perf_counter()
+        end = start + seconds
+        while True:
+            connection.request("GET", path)
+            response = connection.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"{path} answered {response.status}")
+            count += 1
+            if count % 16 == 0 and time.perf_counter() >= end:
+                return count / (time.perf_counter() - start)
+    finally:
+        connection.close()
+
+
+def wrk_rate(port: int, path: str, seconds: float) -> float:
+    url = f"http://127.0.0.1:{port}{path}"
     output = subprocess.run(
         ["wrk", "-t1", "-c1", f"-d{max(1, round(seconds))}s", url], capture_output=True, text=True, check=True
     ).stdout
@@ -38,22 +62,17 @@ def wrk_rate(url: str, seconds: float) -> float:
     return float(found.group(1))
 
 
-def fetch(url: str) -> tuple[int, str]:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return response.status, response.read().decode()
-
-
 def start_gunicorn(port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "benchmarks.settings"}
     command = [sys.executable, "-m", "gunicorn", "benchmarks.wsgi:application"]
-    command += ["--bind", f"127.0.0.1:{port}", "--workers", "1", "--log-level", "warning"]
+    command += ["--bind", f"127.0.0.1:{port}", "--workers", "1", "--keep-alive", "30", "--log-level", "warning"]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError("gunicorn exited at start")
         try:
-            fetch(f"http://127.0.0.1:{port}/bare")
+            keep_alive_rate(port, "/bare", 0.01)
             return process
         except OSError:
             time.sleep(0.1)
@@ -61,23 +80,20 @@ def start_gunicorn(port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError("gunicorn did not answer within 30 s")
 
 
-def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
-    if shutil.which("wrk") is None:
-        return {"web_skipped": "wrk not found (Debian: apt-get install wrk)"}
+def run(bench: Bench, seconds: float, repeats: int, wrk: bool = False) -> dict[str, Any]:
+    if wrk and shutil.which("wrk") is None:
+        return {"web_skipped": "--wrk given but wrk is not installed (Debian: apt-get install wrk)"}
+    measure = wrk_rate if wrk else keep_alive_rate
     rtt = ping_rtt(bench.client)
     port = free_port()
     server = start_gunicorn(port)
     try:
-        base = f"http://127.0.0.1:{port}"
-        guard = fetch(base + "/guard")[1]
-        status = fetch(base + "/guarded")[0]
-        if status != 200:
-            raise RuntimeError(f"the guarded view answered {status}")
-        wrk_rate(base + "/guarded", 1)  # warm up: connections, scripts
-        bare, guarded = [], []
+        for view in VIEWS:  # warm up: connections, functions, the view's code paths
+            keep_alive_rate(port, f"/{view}", 0.3)
+        rates: dict[str, list[float]] = {view: [] for view in VIEWS}
         for _ in range(repeats):
-            bare.append(wrk_rate(base + "/bare", seconds))
-            guarded.append(wrk_rate(base + "/guarded", seconds))
+            for view in VIEWS:
+                rates[view].append(measure(port, f"/{view}", seconds))
     finally:
         server.terminate()
         try:
@@ -85,11 +101,18 @@ def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-    added = statistics.median(1 / g - 1 / b for b, g in zip(bare, guarded, strict=True))
+
+    def added(view: str) -> float:
+        return statistics.median(1 / g - 1 / b for b, g in zip(rates["bare"], rates[view], strict=True))
+
     return {
-        "web_guard": guard,
-        "web_bare_rps": statistics.median(bare),
-        "web_guarded_rps": statistics.median(guarded),
-        "web_added_ms": added * 1000,
-        "middleware_added_rtt": added / rtt,
+        "web_load": "wrk" if wrk else "http.client keep-alive",
+        "web_bare_rps": statistics.median(rates["bare"]),
+        "web_decorated_rps": statistics.median(rates["decorated"]),
+        "web_ruled_rps": statistics.median(rates["ruled"]),
+        "decorator_added_ms": added("decorated") * 1000,
+        "middleware_added_ms": added("ruled") * 1000,
+        "decorator_added_rtt": added("decorated") / rtt,
+        "middleware_added_rtt": added("ruled") / rtt,
+        "ping_rtt_ms": rtt * 1000,
     }

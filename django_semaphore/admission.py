@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
 from . import failure, outcomes
+from .core.permit import Permit
+from .core.semaphore import Attempt, Semaphore, get_semaphore
 from .exceptions import BackendUnavailable, SemaphoreFull, WeightAboveLimit
-from .permit import Permit
+from .guards import agive_back, give_back
 from .request_keys import NOT_LIMITED, akey_for, key_for
-from .semaphore import Attempt, Semaphore, get_semaphore
+from .safe_text import for_log
 
 logger = logging.getLogger("django_semaphore.requests")
 
@@ -83,27 +86,13 @@ class Admission:
         if self.permit is None or self._released:
             return
         self._released = True
-        _give_back(self.permit)
+        give_back(self.permit)
 
     async def arelease(self) -> None:
         if self.permit is None or self._released:
             return
         self._released = True
-        await _agive_back(self.permit)
-
-
-def _give_back(permit: Permit) -> None:
-    try:
-        permit.release()
-    except BackendUnavailable as exc:
-        logger.warning("Could not release %r; its lease will end it: %s", permit, exc)
-
-
-async def _agive_back(permit: Permit) -> None:
-    try:
-        await permit.arelease()
-    except BackendUnavailable as exc:
-        logger.warning("Could not release %r; its lease will end it: %s", permit, exc)
+        await agive_back(self.permit)
 
 
 def _partition(whole: Semaphore, value: Any) -> Semaphore | None:
@@ -113,7 +102,9 @@ def _partition(whole: Semaphore, value: Any) -> Semaphore | None:
     return whole if value is None else get_semaphore(whole.name, value)
 
 
-def _options(request: HttpRequest, mode: str, wait: float | None, weight: int | None) -> dict[str, Any]:
+def _options(
+    request: HttpRequest, semaphore: Semaphore, mode: str, wait: float | None, weight: int | None
+) -> dict[str, Any]:
     label = f"{request.method} {request.path}"[:LABEL_LIMIT]
     return {
         # A dry run must not change latency, so it never waits in line.
@@ -121,6 +112,8 @@ def _options(request: HttpRequest, mode: str, wait: float | None, weight: int | 
         "weight": weight,
         "label": label,
         "metadata": {"path": request.path[:LABEL_LIMIT], "method": request.method},
+        # A request never holds a permit for good (a client that stops reading a stream).
+        "max_hold": semaphore.config.web_max_hold,
     }
 
 
@@ -140,7 +133,7 @@ def _decide(
     elif attempt is not None and attempt.permit is not None:
         admission = Admission(outcome=outcomes.ACQUIRED, permit=attempt.permit, attempt=attempt, **common)
     elif mode == DRY_RUN:
-        logger.info("Dry run: semaphore %r is full; would reject %s %s", semaphore.name, request.method, request.path)
+        logger.info("Dry run: semaphore %r is full; would reject %s", semaphore.name, _request_line(request))
         admission = Admission(outcome=outcomes.DRY_RUN_FULL, attempt=attempt, **common)
     else:
         admission = Admission(outcome=outcomes.FULL, attempt=attempt, **common)
@@ -154,8 +147,13 @@ def _too_heavy(request: HttpRequest, semaphore: Semaphore, value: Any, mode: str
     operator who lowered it wants less load, not errors; ``manage.py check``
     (E012) catches a weight above the declared limit before it gets here.
     """
-    logger.warning("%s Answering %s %s as full.", error, request.method, request.path)
+    logger.warning("%s Answering %s as full.", error, _request_line(request))
     return _decide(request, semaphore, value, mode, None, None)
+
+
+def _request_line(request: HttpRequest) -> str:
+    """Method and path for a log line, escaped as Django escapes them: both are the client's."""
+    return f"{for_log(request.method or '')} {for_log(request.path)}"
 
 
 def _noted(request: HttpRequest, admission: Admission) -> Admission:
@@ -191,18 +189,14 @@ def admit(
     if semaphore is None:
         return skipped(request, name, outcomes.NOT_LIMITED, mode)
     try:
-        attempt = semaphore.attempt(**_options(request, mode, wait, weight))
+        attempt = semaphore.attempt(**_options(request, semaphore, mode, wait, weight))
     except BackendUnavailable as exc:
         return _decide(request, semaphore, value, mode, None, exc)
     except WeightAboveLimit as exc:
         return _too_heavy(request, semaphore, value, mode, exc)
-    try:
+    # Recording the outcome may fail after the grant: nobody else would release it.
+    with ReleasedOnError(lambda: give_back(attempt.permit)):
         return _decide(request, semaphore, value, mode, attempt, None)
-    except BaseException:
-        # Recording the outcome failed after the grant: nobody else would release it.
-        if attempt.permit is not None:
-            _give_back(attempt.permit)
-        raise
 
 
 async def aadmit(
@@ -221,17 +215,55 @@ async def aadmit(
     if semaphore is None:
         return skipped(request, name, outcomes.NOT_LIMITED, mode)
     try:
-        attempt = await semaphore.aattempt(**_options(request, mode, wait, weight))
+        attempt = await semaphore.aattempt(**_options(request, semaphore, mode, wait, weight))
     except BackendUnavailable as exc:
         return _decide(request, semaphore, value, mode, None, exc)
     except WeightAboveLimit as exc:
         return _too_heavy(request, semaphore, value, mode, exc)
-    try:
+    async with AReleasedOnError(lambda: agive_back(attempt.permit)):
         return _decide(request, semaphore, value, mode, attempt, None)
-    except BaseException:
-        if attempt.permit is not None:
-            await _agive_back(attempt.permit)
-        raise
+
+
+class ReleasedOnError:
+    """Whatever raises inside it (a view, a key function, a signal receiver, a cancellation) runs ``release``.
+
+    Once a permit is granted, only the code that took it holds a reference
+    that could give it back; an exception that skipped the release would
+    leave the permit held until its lease ends. A class rather than a
+    generator-based context manager: it runs on every guarded request.
+    """
+
+    __slots__ = ("release",)
+
+    def __init__(self, release: Callable[[], object]) -> None:
+        self.release = release
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is not None:
+            self.release()
+
+
+class AReleasedOnError:
+    """``ReleasedOnError`` for async code: ``release`` returns an awaitable."""
+
+    __slots__ = ("release",)
+
+    def __init__(self, release: Callable[[], Awaitable[object]]) -> None:
+        self.release = release
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is not None:
+            await self.release()
 
 
 def release_all(admissions: Sequence[Admission]) -> None:
@@ -247,7 +279,7 @@ async def arelease_all(admissions: Sequence[Admission]) -> None:
 
 def _abandoned(admissions: Sequence[Admission]) -> None:
     """A streaming response was dropped without being closed: stop renewing, let leases end."""
-    from .renewal import renewer
+    from .core.renewal import renewer
 
     for admission in admissions:
         if admission.permit is not None and not admission._released:
@@ -270,6 +302,44 @@ async def afinish(response: HttpResponseBase, admissions: Sequence[Admission]) -
     return response
 
 
+def _lost(permits: Sequence[Permit]) -> Permit | None:
+    return next((permit for permit in permits if permit.lost), None)
+
+
+def _until_lost(response: StreamingHttpResponse, permits: Sequence[Permit]) -> Iterable[bytes] | AsyncIterable[bytes]:
+    """The stream, cut short once a permit it holds is lost (its max_hold reached, or taken away).
+
+    A client that stops reading, or reads a byte a second, would otherwise keep
+    the permit for as long as the server keeps the connection.
+    """
+    content = response.streaming_content
+
+    def cut(permit: Permit) -> None:
+        logger.warning("Ending a streamed response early: it held %r past its max_hold.", permit)
+
+    if response.is_async:
+
+        async def async_chunks() -> AsyncIterator[bytes]:
+            async for chunk in content:  # type: ignore[union-attr]
+                lost = _lost(permits)
+                if lost is not None:
+                    cut(lost)
+                    return
+                yield chunk
+
+        return async_chunks()
+
+    def chunks() -> Iterator[bytes]:
+        for chunk in content:  # type: ignore[union-attr]
+            lost = _lost(permits)
+            if lost is not None:
+                cut(lost)
+                return
+            yield chunk
+
+    return chunks()
+
+
 def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
     """Keep the permits until a streaming response has been sent and closed.
 
@@ -284,6 +354,9 @@ def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission
     held = [admission for admission in admissions if admission.permit is not None]
     if not held:
         return response
+    permits = [admission.permit for admission in held if admission.permit is not None]
+    if isinstance(response, StreamingHttpResponse):
+        response.streaming_content = _until_lost(response, permits)
     close = response.close
 
     def close_and_release() -> None:

@@ -28,6 +28,13 @@ Warnings:
 - W002 middleware rules are set but ``SemaphoreMiddleware`` is not in ``MIDDLEWARE``.
 - W003 ``SemaphoreMiddleware`` runs before ``AuthenticationMiddleware``, so user keys
   and the bypass predicate see no user.
+- W004 a semaphore is keyed by a value the client chooses (``header:``, ``get:``, an
+  address from a forwarded header; in ``SEMAPHORES`` or a middleware rule) and sets
+  no ``max_partitions``: every new value makes a new partition in Redis.
+- W005 the admin is installed (so the dashboard is) but ``django.contrib.staticfiles``
+  is not: ``collectstatic`` never copies the dashboard's CSS and JS, and they 404.
+
+E015 (Redis unreachable or refusing) is a deployment check, in ``redis_check.py``.
 """
 
 from __future__ import annotations
@@ -43,10 +50,11 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
+from . import response_log
 from .admission import MODES
-from .conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, declared, option_problems
-from .keys import check_prefix
-from .request_keys import key_problem
+from .core.conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, declared, option_problems
+from .core.keys import check_prefix
+from .request_keys import client_chosen, key_problem
 from .rules import as_strings, rule_problems, uses_middleware
 
 APP = "django_semaphore"
@@ -157,11 +165,11 @@ def _timeout_warnings(options: Mapping[str, list[Any]], where: str) -> list[Chec
 def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     raw = getattr(settings, "SEMAPHORES", None) or {}
     if not isinstance(raw, Mapping):
-        return [_error(5, "SEMAPHORES must be a dict of name -> options.", "See README, 'Install into your project'.")]
+        return [_error(5, "SEMAPHORES must be a dict of name -> options.", "See the docs, install.md.")]
     messages: list[CheckMessage] = []
     for name, options in raw.items():
         for problem in option_problems(name, options):
-            messages.append(_error(5, problem, "See README, 'Configuration reference'."))
+            messages.append(_error(5, problem, "See the docs, reference/settings.md."))
         if not isinstance(options, Mapping):
             continue
         problem = key_problem(options.get("key")) if isinstance(options.get("key"), str) else None
@@ -190,7 +198,7 @@ def check_app_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
     except ValueError as exc:
         bad("SEMAPHORE_KEY_PREFIX", str(exc), "Use a short prefix such as 'semaphore:'.")
     if app_setting("SEMAPHORE_ON_ERROR") not in ON_ERROR_CHOICES:
-        bad("SEMAPHORE_ON_ERROR", f"must be one of {ON_ERROR_CHOICES}.", "See README, 'Failure policy'.")
+        bad("SEMAPHORE_ON_ERROR", f"must be one of {ON_ERROR_CHOICES}.", "See the docs, guides/failure-policy.md.")
     for setting in ("SEMAPHORE_DEFAULT_LEASE", "SEMAPHORE_WAITER_TTL"):
         value = app_setting(setting)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
@@ -209,19 +217,26 @@ def check_app_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
     for setting, low in (("SEMAPHORE_TRUSTED_PROXIES", 1), ("SEMAPHORE_IPV6_PREFIX", 1)):
         value = app_setting(setting)
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            bad(setting, f"must be an integer >= {low}.", "See README, 'Keys and partitions'.")
+            bad(setting, f"must be an integer >= {low}.", "See the docs, guides/keys-and-proxies.md.")
     prefix = app_setting("SEMAPHORE_IPV6_PREFIX")
     if isinstance(prefix, int) and prefix > 128:
         bad("SEMAPHORE_IPV6_PREFIX", "must be at most 128.", "64 groups a client's whole /64.")
     exempt = app_setting("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS")
     if exempt is not None and not isinstance(exempt, (str, list, tuple)):
-        bad("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS", "must be a regex or a list of them.", "See README, 'The middleware'.")
+        bad(
+            "SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS",
+            "must be a regex or a list of them.",
+            "See the docs, guides/middleware.md.",
+        )
         exempt = None
     for pattern in as_strings(exempt):
         try:
             re.compile(pattern)
         except (re.error, TypeError) as exc:
             bad("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS", f"{pattern!r} is not a regular expression: {exc}.", "Fix it.")
+    log_level = getattr(settings, response_log.SETTING, response_log.DEFAULT_LEVEL)
+    if response_log.level_problem(log_level):
+        bad(response_log.SETTING, str(response_log.level_problem(log_level)), "WARNING is the default.")
     headers = app_setting("SEMAPHORE_RATELIMIT_HEADERS")
     if not isinstance(headers, bool):
         messages.append(
@@ -257,7 +272,7 @@ def check_partition_idle(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             11,
             f"SEMAPHORE_PARTITION_IDLE must be a positive number of seconds (1 ms to ten years), not {value!r}.",
             "It is how long an idle partition of a keyed semaphore keeps its keys; the default, 86400 "
-            "(a day), suits most sites. See README, 'Failure modes and guarantees' (Memory).",
+            "(a day), suits most sites. See the docs, failure-modes.md (Memory).",
         )
     ]
 
@@ -275,7 +290,7 @@ def url_names(resolver: URLResolver | None = None, prefix: str = "") -> set[str]
 def check_middleware_rules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     raw_rules = app_setting("SEMAPHORE_MIDDLEWARE_RULES") or []
     if not isinstance(raw_rules, (list, tuple)):
-        return [_error(9, "SEMAPHORE_MIDDLEWARE_RULES must be a list of dicts.", "See README, 'The middleware'.")]
+        return [_error(9, "SEMAPHORE_MIDDLEWARE_RULES must be a list of dicts.", "See the docs, guides/middleware.md.")]
     messages: list[CheckMessage] = []
     known_urls: set[str] | None = None
     for index, raw in enumerate(raw_rules):
@@ -382,3 +397,54 @@ def check_middleware_installed(app_configs: Any = None, **kwargs: Any) -> list[C
 def _before(middleware: Iterable[str], first: str, second: str) -> bool:
     order = list(middleware)
     return first in order and second in order and order.index(first) < order.index(second)
+
+
+@register(APP)
+def check_client_chosen_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    raw = getattr(settings, "SEMAPHORES", None) or {}
+    if not isinstance(raw, Mapping):
+        return []  # E005 says so
+    keyed = [
+        (f"SEMAPHORES[{name!r}]", name, options.get("key"))
+        for name, options in raw.items()
+        if isinstance(options, Mapping)
+    ]
+    rules = app_setting("SEMAPHORE_MIDDLEWARE_RULES") or []
+    if isinstance(rules, (list, tuple)):
+        keyed += [
+            (f"SEMAPHORE_MIDDLEWARE_RULES[{index}]", rule.get("semaphore"), rule.get("key"))
+            for index, rule in enumerate(rules)
+            if isinstance(rule, Mapping)
+        ]
+    messages: list[CheckMessage] = []
+    for where, name, key in keyed:
+        options = raw.get(name) if isinstance(name, str) else None
+        if client_chosen(key) and isinstance(options, Mapping) and options.get("max_partitions") is None:
+            messages.append(
+                _warning(
+                    4,
+                    f"{where} keys semaphore {name!r} by {key!r}, whose value the client chooses, and "
+                    f"SEMAPHORES[{name!r}] sets no 'max_partitions': every new value makes a new partition "
+                    "in Redis, kept until SEMAPHORE_PARTITION_IDLE after its last use.",
+                    "Set 'max_partitions' (new keys past it get the semaphore's on_error), key by something "
+                    "you have verified, and see the docs, guides/keys-and-proxies.md.",
+                )
+            )
+    return messages
+
+
+@register(APP)
+def check_staticfiles(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    # Without the admin there is no dashboard, and the app serves no static file.
+    installed = getattr(settings, "INSTALLED_APPS", ())
+    if "django.contrib.admin" not in installed or "django.contrib.staticfiles" in installed:
+        return []
+    return [
+        _warning(
+            5,
+            "django.contrib.staticfiles is not in INSTALLED_APPS: the semaphore dashboard's CSS and JS are never "
+            "collected, so they answer 404 unless your web server serves each app's static/ directory.",
+            "Add 'django.contrib.staticfiles' to INSTALLED_APPS, set STATIC_ROOT and run "
+            "'manage.py collectstatic' (or serve them with WhiteNoise).",
+        )
+    ]

@@ -15,7 +15,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from .admission import Admission, aadmit, admit, afinish, finish
+from .admission import Admission, AReleasedOnError, ReleasedOnError, aadmit, admit, afinish, finish
 from .responses import add_ratelimit_headers, arespond, respond
 
 View = Callable[..., Any]
@@ -52,23 +52,19 @@ def semaphore(
     def rejected(request: HttpRequest, admission: Admission) -> HttpResponseBase:
         if raise_exception:
             raise admission.exception()
-        response = respond(request, admission.exception())
-        add_ratelimit_headers(response, [admission])
-        return response
+        return respond(request, admission.exception(), admission)
 
     async def arejected(request: HttpRequest, admission: Admission) -> HttpResponseBase:
         # The 503 view and its template may touch the database (request.user):
         # arespond keeps that off the event loop.
         if raise_exception:
             raise admission.exception()
-        response = await arespond(request, admission.exception())
-        add_ratelimit_headers(response, [admission])
-        return response
+        return await arespond(request, admission.exception(), admission)
 
     async def guard_async(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         admission = await aadmit(request, name, key=key, wait=wait, weight=weight)
-        # Everything after the grant is inside the try: whatever raises, the permit goes back.
-        try:
+        # Everything after the grant is inside: whatever raises, the permit goes back.
+        async with AReleasedOnError(admission.arelease):
             if admission.rejected and block:
                 return await arejected(request, admission)
             response = view(request, *args, **kwargs)
@@ -76,21 +72,15 @@ def semaphore(
                 response = await response
             add_ratelimit_headers(response, [admission])
             return await afinish(response, [admission])
-        except BaseException:
-            await admission.arelease()
-            raise
 
     def guard_sync(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         admission = admit(request, name, key=key, wait=wait, weight=weight)
-        try:
+        with ReleasedOnError(admission.release):
             if admission.rejected and block:
                 return rejected(request, admission)
             response = view(request, *args, **kwargs)
             add_ratelimit_headers(response, [admission])
             return finish(response, [admission])
-        except BaseException:
-            admission.release()
-            raise
 
     def decorator(view: View) -> View:
         if iscoroutinefunction(view):

@@ -22,17 +22,20 @@ class UnknownSemaphore(SemaphoreError, LookupError):
 
 
 class SemaphoreFull(SemaphoreError):
-    """No permit was free within the wait allowed.
+    """No permit was free within the wait allowed, or the semaphore is paused.
 
     ``retry_after`` is whole seconds until a permit is expected to come free
     (the sooner of the earliest lease end and the typical hold, both measured
-    by the server; at least 1), which is what a ``Retry-After`` header needs.
+    by the server; at least 1), which is what a ``Retry-After`` header needs;
+    a paused semaphore's is ``PAUSED_RETRY_AFTER``, since no lease says when
+    an operator resumes it. ``partition`` is the hash of the full partition of
+    a keyed semaphore (None for a whole one), as ``Semaphore.partition``.
     """
 
     def __init__(
         self,
         name: str,
-        key: str | None = None,
+        partition: str | None = None,
         retry_after: int = 1,
         *,
         used: int | None = None,
@@ -40,12 +43,18 @@ class SemaphoreFull(SemaphoreError):
         waiting: int | None = None,
     ) -> None:
         self.name = name
-        self.key = key
+        self.partition = partition
         self.retry_after = retry_after
         self.used = used
         self.limit = limit
         self.waiting = waiting
-        super().__init__(f"Semaphore {name!r} is full; retry after {retry_after}s.")
+        state = "paused" if self.paused else "full"
+        super().__init__(f"Semaphore {name!r} is {state}; retry after {retry_after}s.")
+
+    @property
+    def paused(self) -> bool:
+        """An operator paused the semaphore (its limit is 0): waiting longer would not help."""
+        return self.limit == 0
 
 
 class WeightAboveLimit(SemaphoreError, ValueError):
@@ -53,6 +62,14 @@ class WeightAboveLimit(SemaphoreError, ValueError):
 
     Such a request could never be granted, so it fails at once instead of
     waiting forever.
+    """
+
+
+class WeightMismatch(SemaphoreError, ValueError):
+    """An identity asked again with another weight than the permit it holds or waits for.
+
+    One identity is one holder: its permit cannot change size, so the second
+    request is refused rather than counted at either weight.
     """
 
 
@@ -69,3 +86,12 @@ class BackendUnavailable(SemaphoreError):
         self.name = name
         self.partition = partition
         super().__init__(message)
+
+
+class TooManyPartitions(BackendUnavailable):
+    """A keyed semaphore keeps its ``max_partitions`` already and this key would be a new one.
+
+    A ``BackendUnavailable``, so the Django layer applies the semaphore's
+    ``on_error``: the cap protects Redis's memory, and like a full Redis it
+    means "this request cannot be guarded", not "this client holds too much".
+    """

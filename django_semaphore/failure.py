@@ -13,15 +13,16 @@ Each semaphore chooses with its ``on_error`` option (default
 Either way the failure is logged, ``semaphore_backend_error`` has already
 been sent by the core, and the outcome is counted in ``outcomes``. A hung
 Redis costs a request at most the client's socket timeouts, so keep them
-short (README, "Failure policy"). Dry-run rules always let the request run.
+short (docs/guides/failure-policy.md). Dry-run rules always let the request run.
 """
 
 from __future__ import annotations
 
 import logging
 
+from .core.semaphore import Semaphore
 from .exceptions import BackendUnavailable
-from .semaphore import Semaphore
+from .safe_text import for_log
 
 logger = logging.getLogger("django_semaphore.failure")
 
@@ -41,7 +42,7 @@ def on_backend_error(semaphore: Semaphore, error: BackendUnavailable, *, path: s
     logger.warning(
         "Redis unavailable for semaphore %r on %s; on_error=%r %s the request: %s",
         semaphore.name,
-        path,
+        for_log(path),  # the client's: a newline in it would forge a log line
         chosen,
         "lets through" if chosen == ALLOW else "rejects",
         error,

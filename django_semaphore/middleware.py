@@ -2,7 +2,7 @@
 
 Put it after ``AuthenticationMiddleware`` (user keys and the bypass
 predicate need ``request.user``). The rules are described in ``rules.py``
-and README, "The middleware".
+and docs/guides/middleware.md.
 
 Several rules may match one request (a per-user limit and a site-wide one):
 their semaphores are taken in one global order (by name), so two requests
@@ -21,7 +21,18 @@ from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefuncti
 from django.http import HttpRequest, HttpResponseBase
 
 from . import outcomes
-from .admission import Admission, aadmit, admit, afinish, arelease_all, finish, release_all, skipped
+from .admission import (
+    Admission,
+    AReleasedOnError,
+    ReleasedOnError,
+    aadmit,
+    admit,
+    afinish,
+    arelease_all,
+    finish,
+    release_all,
+    skipped,
+)
 from .exceptions import BackendUnavailable, SemaphoreFull
 from .responses import add_ratelimit_headers, arespond, respond
 from .rules import RequestView, Rule, active_rules, bypass_predicate, exempt_path
@@ -60,13 +71,10 @@ class SemaphoreMiddleware:
         if held and held[-1].rejected:
             release_all(held)
             return self._rejected(request, held)
-        try:
+        with ReleasedOnError(lambda: release_all(held)):
             response = self.get_response(request)
             add_ratelimit_headers(response, held)
             return finish(response, held)
-        except BaseException:
-            release_all(held)
-            raise
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         rules = [] if exempt_path(request) else matching_rules(request)
@@ -77,23 +85,16 @@ class SemaphoreMiddleware:
         if held and held[-1].rejected:
             await arelease_all(held)
             return await self._arejected(request, held)
-        try:
+        async with AReleasedOnError(lambda: arelease_all(held)):
             response = await self.get_response(request)
             add_ratelimit_headers(response, held)
             return await afinish(response, held)
-        except BaseException:
-            await arelease_all(held)
-            raise
 
     def _rejected(self, request: HttpRequest, held: list[Admission]) -> HttpResponseBase:
-        response = respond(request, held[-1].exception())
-        add_ratelimit_headers(response, held)
-        return response
+        return respond(request, held[-1].exception(), held[-1])
 
     async def _arejected(self, request: HttpRequest, held: list[Admission]) -> HttpResponseBase:
-        response = await arespond(request, held[-1].exception())
-        add_ratelimit_headers(response, held)
-        return response
+        return await arespond(request, held[-1].exception(), held[-1])
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponseBase | None:
         if isinstance(exception, (SemaphoreFull, BackendUnavailable)):
@@ -109,31 +110,25 @@ def _admit_all(request: HttpRequest, rules: list[Rule]) -> list[Admission]:
     nobody else holds a reference that could release them.
     """
     held: list[Admission] = []
-    try:
+    with ReleasedOnError(lambda: release_all(held)):
         for rule in rules:
             held.append(
                 admit(request, rule.semaphore, key=rule.key, wait=rule.wait, weight=rule.weight, mode=rule.mode)
             )
             if held[-1].rejected:
                 break
-    except BaseException:
-        release_all(held)
-        raise
     return held
 
 
 async def _aadmit_all(request: HttpRequest, rules: list[Rule]) -> list[Admission]:
     held: list[Admission] = []
-    try:
+    async with AReleasedOnError(lambda: arelease_all(held)):
         for rule in rules:
             held.append(
                 await aadmit(request, rule.semaphore, key=rule.key, wait=rule.wait, weight=rule.weight, mode=rule.mode)
             )
             if held[-1].rejected:
                 break
-    except BaseException:
-        await arelease_all(held)
-        raise
     return held
 
 

@@ -6,21 +6,28 @@ or the dotted path of one. ``None`` as the value means "not limited by this
 semaphore": an anonymous user under ``"user"``, a missing header or query
 parameter, or whatever a callable decides. The value is hashed by the core
 before it reaches Redis, so it may be any text.
+
+Every value carries its kind as a prefix (``ip:``, ``user:``,
+``header:<name>:``, ``get:<param>:``, ``custom:`` for a callable's), because
+one semaphore may be keyed differently by different guards: without it,
+``?tenant=user:42`` under ``"get:tenant"`` would be user 42's partition.
 """
 
 from __future__ import annotations
 
 import inspect
-import ipaddress
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
-from .conf import app_setting
+from .addresses import client_network, parse_address
+from .core.conf import app_setting
+from .guards import CUSTOM
 
 KeyFunction = Callable[[HttpRequest], Any]
 SIMPLE_KINDS = ("ip", "user", "user_or_ip")
@@ -45,6 +52,21 @@ def key_problem(spec: object) -> str | None:
     return f"Unknown key kind {spec!r}; use one of {', '.join(SIMPLE_KINDS)}, header:<name>, get:<param>."
 
 
+def client_chosen(spec: object) -> bool:
+    """Whether the client picks the key's value freely, so that every new value makes a new partition.
+
+    ``header:`` and ``get:`` values are whatever the client sends; an address
+    read from a request header (``SEMAPHORE_IP_META_KEY = "HTTP_..."``) is
+    too, as far as the client can reach Django or vary what its proxy adds.
+    """
+    if isinstance(spec, str) and spec.startswith(PREFIXED_KINDS):
+        return True
+    if spec in ("ip", "user_or_ip"):
+        source = app_setting("SEMAPHORE_IP_META_KEY")
+        return isinstance(source, str) and source.startswith("HTTP_")
+    return False
+
+
 def client_ip(request: HttpRequest) -> str | None:
     """The client's address, from ``SEMAPHORE_IP_META_KEY``.
 
@@ -52,7 +74,10 @@ def client_ip(request: HttpRequest) -> str | None:
     own proxies added can be trusted: the address is taken
     ``SEMAPHORE_TRUSTED_PROXIES`` entries from the right. IPv6 addresses are
     grouped by ``SEMAPHORE_IPV6_PREFIX`` (a /64 by default), since one client
-    usually owns a whole /64 and could otherwise hop between addresses.
+    usually owns a whole /64 and could otherwise hop between addresses;
+    IPv4-mapped and NAT64 ones are the IPv4 client they carry (``addresses.py``).
+    An entry that is no address is keyed as the connecting address: a client
+    writing nonsense there must not get a fresh partition for each request.
     """
     source = app_setting("SEMAPHORE_IP_META_KEY")
     if callable(source) or (isinstance(source, str) and "." in source):
@@ -66,15 +91,12 @@ def client_ip(request: HttpRequest) -> str | None:
     if not entries:
         return None
     depth = max(int(app_setting("SEMAPHORE_TRUSTED_PROXIES")), 1)
-    address = entries[-min(depth, len(entries))]
-    try:
-        parsed = ipaddress.ip_address(address)
-    except ValueError:
-        return address  # not an address (a unix socket, a test client): still a usable key
-    if parsed.version == 6:
-        prefix = int(app_setting("SEMAPHORE_IPV6_PREFIX"))
-        return str(ipaddress.ip_network(f"{parsed}/{prefix}", strict=False))
-    return str(parsed)
+    connecting = str(request.META.get("REMOTE_ADDR") or "")
+    address = parse_address(entries[-min(depth, len(entries))]) or parse_address(connecting)
+    if address is None:
+        # Not an IP at all (a unix socket's name): the server wrote it, so it is the same for every request.
+        return connecting or None
+    return client_network(address, int(app_setting("SEMAPHORE_IPV6_PREFIX")))
 
 
 def _user_key(user: Any) -> str | None:
@@ -106,24 +128,50 @@ async def _auser_or_ip(request: HttpRequest) -> str | None:
     return await _auser(request) or _ip_key(request)
 
 
+def _namespace(kind: str, name: str) -> str:
+    # Quoted, so a name with a colon in it cannot pass for another name followed by part of a value.
+    return f"{kind}:{quote(name, safe='')}:"
+
+
+def _header_key(name: str) -> KeyFunction:
+    namespace = _namespace("header", name.lower())  # header names are case-insensitive
+    return lambda request: _prefixed(namespace, request.headers.get(name))
+
+
+def _query_key(param: str) -> KeyFunction:
+    namespace = _namespace("get", param)
+    return lambda request: _prefixed(namespace, request.GET.get(param))
+
+
+def _prefixed(namespace: str, value: str | None) -> str | None:
+    return f"{namespace}{value}" if value else None
+
+
+def is_builtin(spec: Any) -> bool:
+    """A kind this module computes (and namespaces) itself, as opposed to a key function."""
+    return isinstance(spec, str) and (spec in SIMPLE_KINDS or spec.startswith(PREFIXED_KINDS))
+
+
 def resolve_key(spec: Any) -> KeyFunction | None:
-    """The function computing a spec's key value (None for an unkeyed semaphore)."""
+    """The function computing a spec's key value (None for an unkeyed semaphore).
+
+    A key function's own value is namespaced by ``key_for``, not here, so
+    ``akey_for`` can still tell sync functions from async ones.
+    """
     if spec is None:
         return None
     if callable(spec):
         return spec
     if spec == "ip":
-        return client_ip
+        return _ip_key
     if spec == "user":
         return _user
     if spec == "user_or_ip":
         return _user_or_ip
     if isinstance(spec, str) and spec.startswith("header:"):
-        header = spec[len("header:") :]
-        return lambda request: request.headers.get(header) or None
+        return _header_key(spec[len("header:") :])
     if isinstance(spec, str) and spec.startswith("get:"):
-        param = spec[len("get:") :]
-        return lambda request: request.GET.get(param) or None
+        return _query_key(spec[len("get:") :])
     problem = key_problem(spec)
     if problem:
         raise ImproperlyConfigured(problem)
@@ -137,8 +185,10 @@ class NotLimited:
 NOT_LIMITED = NotLimited()
 
 
-def _value(value: Any) -> Any:
-    return NOT_LIMITED if value is None or value == "" else value
+def _value(value: Any, spec: Any) -> Any:
+    if value is None or value == "":
+        return NOT_LIMITED
+    return value if is_builtin(spec) else f"{CUSTOM}{value}"
 
 
 def key_for(request: HttpRequest, spec: Any) -> Any:
@@ -150,7 +200,7 @@ def key_for(request: HttpRequest, spec: Any) -> Any:
     if inspect.isawaitable(value):
         getattr(value, "close", lambda: None)()
         raise ImproperlyConfigured(f"Key function {spec!r} is async; it can only guard async views.")
-    return _value(value)
+    return _value(value, spec)
 
 
 async def akey_for(request: HttpRequest, spec: Any) -> Any:
@@ -161,12 +211,12 @@ async def akey_for(request: HttpRequest, spec: Any) -> Any:
     if function is None:
         return None
     if function is _user:
-        return _value(await _auser(request))
+        return _value(await _auser(request), spec)
     if function is _user_or_ip:
-        return _value(await _auser_or_ip(request))
-    reads_headers_only = function is client_ip or (isinstance(spec, str) and spec.startswith(PREFIXED_KINDS))
+        return _value(await _auser_or_ip(request), spec)
+    reads_headers_only = function is _ip_key or (isinstance(spec, str) and spec.startswith(PREFIXED_KINDS))
     if reads_headers_only or iscoroutinefunction(function):
         value = function(request)
     else:
         value = sync_to_async(function)(request)
-    return _value(await value if inspect.isawaitable(value) else value)
+    return _value(await value if inspect.isawaitable(value) else value, spec)

@@ -6,7 +6,9 @@ The view that builds it is, in order: the semaphore's ``view`` option,
 fail-closed semaphore during an outage, the ``BackendUnavailable``), and
 may be an ``async def``. ``arespond`` runs a sync view in a thread, so a
 view or template that reads ``request.user`` or the database works for
-async views too.
+async views too. Every such answer carries ``Retry-After``, the deciding
+semaphore's RateLimit fields (when enabled) and no other's, and is logged at
+``SEMAPHORE_503_LOG_LEVEL``.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.template import loader
 from django.utils.module_loading import import_string
 
-from .conf import app_setting, declared
+from .core.conf import app_setting, declared
 from .exceptions import BackendUnavailable, SemaphoreFull
 from .failure import ERROR_RETRY_AFTER
+from .response_log import log_answer
 
 if TYPE_CHECKING:
     from .admission import Admission
@@ -32,6 +35,8 @@ PROBLEM_JSON = "application/problem+json"
 _OFFERED = ["text/html", "application/json", PROBLEM_JSON]
 
 ErrorView = Callable[[HttpRequest, Exception], HttpResponseBase]
+# Set on a semaphore's own 503: its RateLimit fields are the deciding semaphore's, final.
+_DECIDED = "_semaphore_decided"
 
 
 def retry_after(exception: Exception) -> int:
@@ -49,11 +54,12 @@ def semaphore_full(request: HttpRequest, exception: Exception) -> HttpResponse:
     """The default 503: problem+json (RFC 9457) for JSON clients, else the HTML template."""
     seconds = retry_after(exception)
     if wants_json(request):
-        detail = (
-            "The service that limits concurrent requests is unavailable."
-            if isinstance(exception, BackendUnavailable)
-            else "Too many requests like this one are running at once."
-        )
+        if isinstance(exception, BackendUnavailable):
+            detail = "The service that limits concurrent requests is unavailable."
+        elif isinstance(exception, SemaphoreFull) and exception.paused:
+            detail = "Requests like this one are paused for now."
+        else:
+            detail = "Too many requests like this one are running at once."
         body = {"type": "about:blank", "title": "Service Unavailable", "status": 503, "detail": detail}
         response = HttpResponse(json.dumps({**body, "retry_after": seconds}), content_type=PROBLEM_JSON, status=503)
     else:
@@ -78,26 +84,35 @@ def error_view(name: str | None) -> ErrorView:
     return import_string(chosen) if isinstance(chosen, str) else chosen
 
 
-def respond(request: HttpRequest, exception: SemaphoreFull | BackendUnavailable) -> HttpResponseBase:
-    """Run the configured view; make sure the answer carries Retry-After."""
+def respond(
+    request: HttpRequest, exception: SemaphoreFull | BackendUnavailable, deciding: Admission | None = None
+) -> HttpResponseBase:
+    """Run the configured view for the semaphore that turned ``request`` away (``deciding``, when known)."""
     view = error_view(exception.name)
     response = async_to_sync(view)(request, exception) if iscoroutinefunction(view) else view(request, exception)
-    return _with_retry_after(response, exception)
+    return _answered(request, response, exception, deciding)
 
 
-async def arespond(request: HttpRequest, exception: SemaphoreFull | BackendUnavailable) -> HttpResponseBase:
+async def arespond(
+    request: HttpRequest, exception: SemaphoreFull | BackendUnavailable, deciding: Admission | None = None
+) -> HttpResponseBase:
     """``respond`` for async callers: an async view is awaited, a sync one runs in a thread."""
     view = error_view(exception.name)
     if iscoroutinefunction(view):
         response = await view(request, exception)
     else:
         response = await sync_to_async(view)(request, exception)
-    return _with_retry_after(response, exception)
+    return _answered(request, response, exception, deciding)
 
 
-def _with_retry_after(response: HttpResponseBase, exception: Exception) -> HttpResponseBase:
+def _answered(
+    request: HttpRequest, response: HttpResponseBase, exception: Exception, deciding: Admission | None
+) -> HttpResponseBase:
     if not response.has_header("Retry-After"):
         response["Retry-After"] = str(retry_after(exception))
+    _set_ratelimit_fields(response, [deciding] if deciding is not None else [])
+    setattr(response, _DECIDED, True)
+    log_answer(request, response)
     return response
 
 
@@ -107,7 +122,17 @@ def add_ratelimit_headers(response: HttpResponseBase, admissions: Sequence[Admis
     One list member per semaphore that had something to say: its limit
     (``q``) in ``qu="concurrent-requests"``, the permits left (``r``), and on
     rejection the seconds to wait (``t``). Still a draft, so off by default.
+    Members are added to those a guard further in set (a decorator inside
+    the middleware), except on a semaphore's 503: that one names only the
+    semaphore that decided, since a client choosing when to retry cares for
+    no other (a dry run's, or a limit with room).
     """
+    # Not a response at all (a view returning None): Django's own error says so, after the permit is back.
+    if isinstance(response, HttpResponseBase) and not getattr(response, _DECIDED, False):
+        _set_ratelimit_fields(response, admissions)
+
+
+def _set_ratelimit_fields(response: HttpResponseBase, admissions: Sequence[Admission]) -> None:
     if not app_setting("SEMAPHORE_RATELIMIT_HEADERS"):
         return
     policies, states = [], []
@@ -119,6 +144,6 @@ def add_ratelimit_headers(response: HttpResponseBase, admissions: Sequence[Admis
         remaining = max(attempt.limit - attempt.used, 0)
         reset = f";t={attempt.retry_after}" if attempt.permit is None else ""
         states.append(f'"{admission.name}";r={remaining}{reset}')
-    if policies:
-        response["RateLimit-Policy"] = ", ".join(policies)
-        response["RateLimit"] = ", ".join(states)
+    for field, members in (("RateLimit-Policy", policies), ("RateLimit", states)):
+        if members:
+            response[field] = ", ".join([response[field], *members] if response.has_header(field) else members)

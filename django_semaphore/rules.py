@@ -6,7 +6,7 @@
      "url_name": "search",           # match: URL name(s), "namespace:name" too
      "path": r"^/api/",              # match: regex(es) on request.path_info
      "view_attribute": "heavy",      # match: views with a truthy attribute
-     "methods": ["POST"],            # only these HTTP methods
+     "methods": ["POST"],            # only these HTTP methods (HEAD comes with GET)
      "key": "user_or_ip",            # partition (default: the semaphore's key)
      "wait": 0.5, "weight": 1,       # default: the semaphore's options
      "mode": "enforce"}              # or "dry-run" or "off"
@@ -21,17 +21,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.http import HttpRequest
 from django.urls import Resolver404, ResolverMatch, resolve
 from django.utils.module_loading import import_string
 
 from .admission import ENFORCE, MODES, OFF
-from .conf import app_setting
+from .core.conf import app_setting
 
 RULE_FIELDS = frozenset({"semaphore", "url_name", "path", "view_attribute", "methods", "key", "wait", "weight", "mode"})
 
@@ -41,6 +42,12 @@ def as_strings(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     return (value,) if isinstance(value, str) else tuple(value)
+
+
+def guarded_methods(listed: Any) -> tuple[str, ...]:
+    """The methods a rule's ``methods`` covers: HEAD wherever GET is, since Django answers HEAD with the GET view."""
+    methods = tuple(method.upper() for method in as_strings(listed))
+    return (*methods, "HEAD") if "GET" in methods and "HEAD" not in methods else methods
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ class Rule:
             url_names=as_strings(raw.get("url_name")),
             paths=as_strings(raw.get("path")),
             view_attributes=as_strings(raw.get("view_attribute")),
-            methods=tuple(method.upper() for method in as_strings(raw.get("methods"))),
+            methods=guarded_methods(raw.get("methods")),
             key=raw.get("key"),
             wait=raw.get("wait"),
             weight=raw.get("weight"),
@@ -136,26 +143,45 @@ def rule_problems(index: int, raw: object) -> list[str]:
     return problems
 
 
-def active_rules() -> list[Rule]:
+# The middleware's settings are read on every request, so each is checked and parsed once and
+# kept until a setting changes (override_settings in tests, or the settings fixture). A malformed
+# value is not kept: every request refuses it again, as `manage.py check` does.
+
+
+@cache
+def active_rules() -> tuple[Rule, ...]:
     """The rules in settings; refuses to run malformed ones (``manage.py check`` names them)."""
     raw_rules = app_setting("SEMAPHORE_MIDDLEWARE_RULES") or []
     problems = [problem for index, raw in enumerate(raw_rules) for problem in rule_problems(index, raw)]
     if problems:
         raise ImproperlyConfigured(" ".join(problems))
-    return [Rule.parse(raw) for raw in raw_rules]
+    return tuple(Rule.parse(raw) for raw in raw_rules)
+
+
+@cache
+def _exempt_patterns() -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(pattern) for pattern in as_strings(app_setting("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS")))
 
 
 def exempt_path(request: HttpRequest) -> bool:
     """Paths no rule applies to (health checks, static files): regexes on ``path_info``."""
-    patterns = as_strings(app_setting("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS"))
-    return any(re.match(pattern, request.path_info) for pattern in patterns)
+    return any(pattern.match(request.path_info) for pattern in _exempt_patterns())
 
 
+@cache
 def bypass_predicate() -> Callable[[HttpRequest], bool]:
     setting = app_setting("SEMAPHORE_MIDDLEWARE_BYPASS")
     if setting is None:
         return _never
     return import_string(setting) if isinstance(setting, str) else setting
+
+
+def _forget_parsed(**kwargs: Any) -> None:
+    for parsed in (active_rules, _exempt_patterns, bypass_predicate):
+        parsed.cache_clear()
+
+
+setting_changed.connect(_forget_parsed, dispatch_uid="django_semaphore.rules")
 
 
 def _never(request: HttpRequest) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -161,9 +162,20 @@ class RedisServer:
             self.process.kill()
             self.process.wait(timeout=10)
 
+    def freeze(self) -> None:
+        """SIGSTOP the server: it hangs as in a long fork or disk stall, its sockets still accepting."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT a frozen server: it runs what its clients sent meanwhile."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
-        """Stop the process this object started (by pid); idempotent."""
+        """Stop the process this object started (by pid); idempotent, also when frozen."""
         if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
             self.process.terminate()
             try:
                 self.process.wait(timeout=10)

@@ -2,9 +2,10 @@
 
 Starts a Redis-protocol server on a free loopback port (unless REDIS_URL is
 set) with its data under example_project/var/ (or ``--data-dir``), migrates,
-creates the demo superuser, and runs the site. ``--smoke`` does all of that,
-fetches one page and stops: the test suite uses it to prove the start-up path
-works and leaves nothing running.
+creates the demo superuser, and runs the site and a Celery worker (for the
+price refreshes in example_project/shop/tasks.py). ``--smoke`` does all of
+that, fetches one page, has the worker run one task and stops: the test suite
+uses it to prove the start-up path works and leaves nothing running.
 """
 
 from __future__ import annotations
@@ -40,6 +41,47 @@ def manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([sys.executable, str(HERE / "manage.py"), *args], env=env, check=True, cwd=ROOT)
 
 
+RUN_ONE_TASK = """
+from example_project.shop.tasks import refresh_supplier_prices
+prices = refresh_supplier_prices.delay(0).get(timeout=60)
+print(f"Smoke test: the worker ran a supplier task ({len(prices)} prices); stopping.")
+"""
+
+
+def stop(process: subprocess.Popen[bytes] | None) -> None:
+    """Stop a process the demo started, by its pid: politely, then for good."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A Celery worker for the shop's tasks; two pool processes, enough to show tasks sharing the supplier."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "example_project",
+            "worker",
+            "--pool=prefork",
+            "--concurrency=2",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel=INFO",
+        ],
+        env=env,
+        cwd=ROOT,
+    )
+
+
 def wait_for(url: str, site: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
     deadline = time.monotonic() + timeout
     while True:
@@ -65,19 +107,27 @@ def port_free(port: int) -> bool:
     return True
 
 
-def banner(server: RedisServer, base: str, site: subprocess.Popen[bytes]) -> str:
-    started = "" if server.external_url else " (started for you)"
+def banner(server: RedisServer, base: str, site: subprocess.Popen[bytes], worker: subprocess.Popen[bytes]) -> str:
+    if server.external_url:
+        started = f" ({server.version}, from REDIS_URL)"
+    else:
+        started = f" ({server.version}, {server.binary}), started for you"
     load = "make load" if base.endswith(f":{DEFAULT_PORT}") else f'make load LOAD_ARGS="--url {base}"'
     status = (
         f"REDIS_URL={shlex.quote(server.url)} .venv/bin/python example_project/manage.py semaphore_status --holders"
     )
-    pids = f"site {site.pid}" + ("" if server.process is None else f", server {server.process.pid}")
+    pids = f"site {site.pid}, worker {worker.pid}" + (
+        "" if server.process is None else f", server {server.process.pid}"
+    )
     return (
         f"\n  Site:       {base}/   (what each page demonstrates)"
         f"\n  Dashboard:  {base}/admin/django_semaphore/semaphoredashboard/"
         f"\n              user {DEMO_USER!r}, password {DEMO_PASSWORD!r}"
         f"\n  Redis:      {server.url}{started}"
+        f"\n  Web server: Django's runserver, threaded, on loopback: fine for a demo, not for production"
+        f"\n              (docs/install.md: gunicorn or uvicorn, and how limits relate to their workers)"
         f"\n  Load:       {load}   (in a second terminal; 503s appear within seconds)"
+        f"\n  Tasks:      a Celery worker runs shop.tasks (the landing page queues price refreshes)"
         f"\n  Status:     {status}"
         f"\n  Processes:  {pids}; Ctrl-C stops them all.\n"
     )
@@ -100,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     (data_dir / "redis").mkdir(parents=True, exist_ok=True)
     server = RedisServer(data_dir=None if external else str(data_dir / "redis"))
     site: subprocess.Popen[bytes] | None = None
+    worker: subprocess.Popen[bytes] | None = None
     try:
         server.start()
         env = {
@@ -107,9 +158,11 @@ def main(argv: list[str] | None = None) -> int:
             "REDIS_URL": server.url,
             "DEMO_DB": str(data_dir / "db.sqlite3"),
             "DJANGO_SETTINGS_MODULE": "example_project.settings",
+            # The banner says which server this is and what it is for, once, below.
+            "DJANGO_RUNSERVER_HIDE_WARNING": "true",
         }
         manage(env, "migrate", "--noinput", "-v", "0")
-        manage(env, "shell", "-c", CREATE_SUPERUSER)
+        manage(env, "shell", "--no-imports", "-c", CREATE_SUPERUSER)
         port = args.port or (DEFAULT_PORT if not args.smoke and port_free(DEFAULT_PORT) else free_port())
         base = f"http://127.0.0.1:{port}"
         # runserver is threaded: concurrent requests really overlap, as under a production server.
@@ -118,22 +171,19 @@ def main(argv: list[str] | None = None) -> int:
             env=env,
             cwd=ROOT,
         )
+        worker = start_worker(env)
         status = wait_for(base + "/", site)
-        print(banner(server, base, site), flush=True)
+        print(banner(server, base, site, worker), flush=True)
         if args.smoke:
-            print(f"Smoke test: GET / answered {status}; stopping.", flush=True)
+            print(f"Smoke test: GET / answered {status}.", flush=True)
+            manage(env, "shell", "--no-imports", "-c", RUN_ONE_TASK)
             return 0 if status == 200 else 1
         site.wait()
     except KeyboardInterrupt:
         print("\nStopping.")
     finally:
-        if site is not None and site.poll() is None:
-            site.terminate()
-            try:
-                site.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                site.kill()
-                site.wait()
+        stop(site)
+        stop(worker)
         server.close()
     return 0
 

@@ -14,6 +14,7 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import IO
 from urllib.parse import urlsplit
 
 import httpx
@@ -32,6 +33,8 @@ DEFAULT_PATHS = [
     "/api/products/lamp-01/",
 ]
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# Wide enough for the summary whatever the paths; rich draws the table only as wide as it needs.
+UNCUT_WIDTH = 400
 
 
 @dataclass
@@ -124,6 +127,13 @@ async def run(base_url: str, paths: list[str], concurrency: int, duration: float
     return tallies
 
 
+def make_console(file: IO[str] | None = None) -> Console:
+    """A console for the output: rich cuts everything that is not a terminal (a file, a pipe, a CI log) to
+    80 columns, which squeezed the summary's nine columns into wrapped, truncated cells."""
+    console = Console(file=file)
+    return console if console.is_terminal else Console(file=file, width=UNCUT_WIDTH)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the running site (loopback only)")
@@ -138,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if urlsplit(args.url).hostname not in LOOPBACK:
         parser.error("the load generator only targets this machine (127.0.0.1 / localhost)")
-    console = Console()
+    console = make_console()
     tallies = asyncio.run(run(args.url, args.paths or DEFAULT_PATHS, args.concurrency, args.duration, console))
     console.print(summary(tallies))
     return 0

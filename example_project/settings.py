@@ -28,6 +28,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # X-Frame-Options: DENY on every page (clickjacking), the 503s included: it wraps the semaphores.
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # After authentication: user keys and the bypass predicate need request.user.
     "django_semaphore.middleware.SemaphoreMiddleware",
 ]
@@ -100,6 +102,14 @@ SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = [r"^/api/health/$", r"^/static/"]
 SEMAPHORE_MIDDLEWARE_BYPASS = "example_project.shop.limits.is_superuser"
 # The draft RateLimit-Policy / RateLimit response fields, so you can watch them in the browser.
 SEMAPHORE_RATELIMIT_HEADERS = True
+
+# Celery (example_project/celery.py, shop/tasks.py): the broker and result backend on the
+# same Redis server as the permits, in a database of their own.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", CACHES["default"]["LOCATION"].rsplit("/", 1)[0] + "/1")
+CELERY_RESULT_BACKEND = CELERY_BROKER_URL
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A task whose worker process died goes back on the queue (with acks_late).
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 
 # Show the dry run's "would reject" lines in the console.
 LOGGING = {

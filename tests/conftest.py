@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -73,3 +74,25 @@ def pytest_report_header(config: pytest.Config) -> str:
         return f"django-semaphore test server: {os.environ.get('REDIS_URL') or find_binary()}"
     except Exception as exc:  # the header must never stop the run
         return f"django-semaphore test server: {exc}"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line naming each group of skipped tests and why: a skipped browser group is easy to miss in ``-ra``.
+
+    A group is a test directory below tests/ (``browser``) or a module of its own.
+    """
+    groups: dict[tuple[str, str], int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        group = _group(report.nodeid)
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        key = (group, reason.removeprefix("Skipped: "))
+        groups[key] = groups.get(key, 0) + 1
+    if groups:
+        parts = [f"{group} ({count}): {reason}" for (group, reason), count in sorted(groups.items())]
+        terminalreporter.write_line("Skipped groups: " + "; ".join(parts), yellow=True)
+
+
+def _group(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else path

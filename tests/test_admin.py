@@ -10,7 +10,8 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from django_semaphore import get_semaphore, overview
+from django_semaphore import get_semaphore
+from django_semaphore.core import overview
 from django_semaphore.testing import free_port
 
 pytestmark = pytest.mark.django_db
@@ -93,7 +94,7 @@ def test_json_endpoint_has_the_documented_fields(viewer: Client, held) -> None:
     assert (row["used"], row["limit"], row["holders"], row["level"]) == (2, 3, 2, "low")
     assert row["history"] and row["chart"]["used"]
     one = viewer.get(url("detail_json", "reports")).json()["semaphores"][0]
-    assert {h["token"] for h in one["holder_list"]} == {p.token for p in held}
+    assert {h["token_prefix"] for h in one["holder_list"]} == {p.token[:8] for p in held}
     assert {h["label"] for h in one["holder_list"]} == {"job-0", "job-1"}
 
 
@@ -150,11 +151,11 @@ def test_unknown_semaphore_token_or_partition_is_404_and_bad_forms_400(operator:
 
 
 def test_limit_override_and_clear(operator: Client) -> None:
-    response = operator.post(url("limit", "reports"), {"limit": "7"})
+    response = operator.post(url("limit", "reports"), {"limit": "7", "confirm": "yes"})
     assert response.status_code == 302
     assert get_semaphore("reports").status().limit == 7
     assert "(override; settings:" in operator.get(url("detail", "reports")).content.decode()
-    operator.post(url("limit", "reports"), {"clear": "1"})
+    operator.post(url("limit", "reports"), {"clear": "1", "confirm": "yes"})
     assert get_semaphore("reports").status().override is None
 
 
@@ -174,7 +175,7 @@ def test_keyed_semaphore_shows_busiest_keys_and_partition_pages(operator: Client
     )
     assert response.status_code == 302
     assert alice.status().holder_count == 1
-    operator.post(url("limit", "search"), {"limit": "5", "partition": partition})
+    operator.post(url("limit", "search"), {"limit": "5", "partition": partition, "confirm": "yes"})
     assert alice.status().limit == 5
 
 
@@ -191,17 +192,18 @@ def test_no_missing_migrations() -> None:
     call_command("makemigrations", "django_semaphore", "--check", "--dry-run", stdout=StringIO())
 
 
-def test_keyed_summaries_say_when_they_cover_only_the_first_keys(viewer: Client) -> None:
+def test_keyed_summaries_say_when_they_cover_only_the_most_recent_keys(viewer: Client) -> None:
     keys = overview.MAX_PARTITIONS + 1
     for n in range(keys):
         assert get_semaphore("search", key=f"user-{n}").acquire(auto_renew=False, lease=5) is not None
     row = next(s for s in viewer.get(url("json")).json()["semaphores"] if s["name"] == "search")
     assert (row["partitions"], row["truncated"]) == (keys, True)
     assert row["used"] == overview.MAX_PARTITIONS  # one permit per key read, none from the key left out
-    assert f"first {overview.MAX_PARTITIONS} of {keys} keys" in viewer.get(url("changelist")).content.decode()
+    shown = f"{overview.MAX_PARTITIONS} most recent of {keys} keys"
+    assert shown in viewer.get(url("changelist")).content.decode()
     out = StringIO()
     call_command("semaphore_status", "search", "reports", stdout=out)
-    assert f"search (first {overview.MAX_PARTITIONS} of {keys} keys)" in out.getvalue()
-    assert "Only the first" in out.getvalue()
+    assert f"search ({shown})" in out.getvalue()
+    assert "used most recently are read" in out.getvalue()
     reports = overview.summary(get_semaphore("reports"))
     assert reports["truncated"] is False

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from django_semaphore import Semaphore, SemaphoreFull, WeightAboveLimit
-from django_semaphore.conf import SemaphoreConfig
+from django_semaphore.core.conf import SemaphoreConfig
 
 
 def make(limit: int = 2, **options: object) -> Semaphore:

@@ -8,7 +8,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from django_semaphore import checks
+from django_semaphore import checks, redis_check
+from django_semaphore.testing import RedisServer, find_binary
 
 REDIS_CACHE = {
     "BACKEND": "django_redis.cache.RedisCache",
@@ -86,8 +87,10 @@ def test_w001_no_socket_timeouts(settings) -> None:
         ({"limit": 2, "wait": -1}, "wait"),
         ({"limit": 2, "weight": 3}, "above its limit"),
         ({"limit": 2, "on_error": "maybe"}, "on_error"),
-        ({"limit": 2, "view": "tests.views.no_such_view"}, "view"),
+        ({"limit": 2, "view": "tests.support.views.no_such_view"}, "view"),
         ({"limit": 2, "key": 42}, "key"),
+        ({"limit": 2, "key": "user", "max_partitions": 0}, "max_partitions"),
+        ({"limit": 2, "key": "user", "max_partitions": True}, "max_partitions"),
         ("four", "dict"),
     ],
 )
@@ -104,9 +107,9 @@ def test_e006_unknown_key_kind(settings) -> None:
     settings.SEMAPHORES = {"search": {"limit": 2, "key": "usr"}}
     [message] = checks.check_semaphores()
     assert message.id == "django_semaphore.E006" and "usr" in message.msg and "user_or_ip" in message.hint
-    settings.SEMAPHORES = {"search": {"limit": 2, "key": "tests.views.no_such_function"}}
+    settings.SEMAPHORES = {"search": {"limit": 2, "key": "tests.support.views.no_such_function"}}
     assert ids(checks.check_semaphores()) == ["django_semaphore.E006"]
-    for good in ("ip", "user", "user_or_ip", "header:X-Api-Key", "get:q", "tests.views.api_key"):
+    for good in ("ip", "user", "user_or_ip", "header:X-Api-Key", "get:q", "tests.support.views.api_key"):
         settings.SEMAPHORES = {"search": {"limit": 2, "key": good}}
         assert checks.check_semaphores() == []
 
@@ -154,12 +157,14 @@ def test_e006_for_a_rule_key(settings) -> None:
         ("SEMAPHORE_ON_ERROR", "sometimes"),
         ("SEMAPHORE_DEFAULT_LEASE", 0),
         ("SEMAPHORE_WAITER_TTL", "1"),
-        ("SEMAPHORE_VIEW", "tests.views.no_such_view"),
-        ("SEMAPHORE_MIDDLEWARE_BYPASS", "tests.views.no_such_predicate"),
-        ("SEMAPHORE_IP_META_KEY", "tests.views.no_such_function"),
+        ("SEMAPHORE_VIEW", "tests.support.views.no_such_view"),
+        ("SEMAPHORE_MIDDLEWARE_BYPASS", "tests.support.views.no_such_predicate"),
+        ("SEMAPHORE_IP_META_KEY", "tests.support.views.no_such_function"),
         ("SEMAPHORE_TRUSTED_PROXIES", 0),
         ("SEMAPHORE_IPV6_PREFIX", 129),
         ("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS", ["(["]),
+        ("SEMAPHORE_503_LOG_LEVEL", "LOUD"),
+        ("SEMAPHORE_503_LOG_LEVEL", 30),
     ],
 )
 def test_e010_app_settings(settings, setting: str, value: object) -> None:
@@ -205,10 +210,10 @@ def test_e012_rule_weight_above_the_declared_limit(settings) -> None:
 
 
 def test_e012_decorated_view_weight_above_the_declared_limit(settings) -> None:
-    settings.ROOT_URLCONF = "tests.heavy_urls"
+    settings.ROOT_URLCONF = "tests.support.heavy_urls"
     messages = checks.check_decorated_views()
     assert ids(messages) == ["django_semaphore.E012"] * 2  # routed twice, reported once
-    assert "tests.heavy_urls.too_heavy" in messages[0].msg and "weight 4" in messages[0].msg
+    assert "tests.support.heavy_urls.too_heavy" in messages[0].msg and "weight 4" in messages[0].msg
     assert "TooHeavy.get" in messages[1].msg and "weight 5" in messages[1].msg
     with pytest.raises(SystemCheckError, match=r"django_semaphore\.E012"):
         run_check()
@@ -251,3 +256,68 @@ def test_exempt_paths_may_be_one_regex_or_a_list(settings) -> None:
     settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = 42
     [message] = checks.check_app_settings()
     assert message.id == "django_semaphore.E010" and "list" in message.msg
+
+
+@pytest.mark.parametrize(
+    ("key", "meta_key"),
+    [
+        ("header:X-Api-Key", "REMOTE_ADDR"),
+        ("get:tenant", "REMOTE_ADDR"),
+        ("ip", "HTTP_X_FORWARDED_FOR"),
+        ("user_or_ip", "HTTP_X_REAL_IP"),
+    ],
+)
+def test_w004_client_chosen_key_without_a_cap(settings, key: str, meta_key: str) -> None:
+    settings.SEMAPHORE_IP_META_KEY = meta_key
+    settings.SEMAPHORES = {"api": {"limit": 2, "key": key}}
+    (message,) = checks.check_client_chosen_keys()
+    assert message.id == "django_semaphore.W004" and "max_partitions" in message.msg
+    assert "django_semaphore.W004" in run_check()
+    settings.SEMAPHORES = {"api": {"limit": 2, "key": key, "max_partitions": 10_000}}
+    assert checks.check_client_chosen_keys() == []
+
+
+def test_w004_for_a_rule_key(settings) -> None:
+    settings.SEMAPHORES = {"api": {"limit": 2}}
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "api", "key": "get:tenant"}]
+    assert ids(checks.check_client_chosen_keys()) == ["django_semaphore.W004"]
+
+
+@pytest.mark.parametrize("key", ["user", "ip", "tests.support.views.api_key", None])
+def test_w004_not_for_keys_the_client_cannot_choose(settings, key: object) -> None:
+    settings.SEMAPHORES = {"api": {"limit": 2, "key": key}}
+    assert checks.check_client_chosen_keys() == []
+
+
+def test_w005_admin_without_staticfiles(settings) -> None:
+    settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "django.contrib.staticfiles"]
+    [message] = checks.check_staticfiles()
+    assert message.id == "django_semaphore.W005" and "collectstatic" in message.hint
+    settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "django.contrib.admin"]
+    assert checks.check_staticfiles() == []  # no admin, no dashboard, no static files to serve
+
+
+def test_e015_runs_only_on_deploy_and_passes_with_redis_up() -> None:
+    assert "no issues" in run_check(deploy=True, tags=[redis_check.REDIS_TAG])
+    assert redis_check.check_redis_reachable() == []
+
+
+def test_e015_redis_down_fails_check_deploy_but_not_plain_check(settings, own_server) -> None:
+    own_server.stop()
+    assert "no issues" in run_check()  # makemigrations, migrate and runserver still work without Redis
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E015.*cannot be reached") as raised:
+        run_check(deploy=True, tags=[redis_check.REDIS_TAG])
+    assert "Connection refused" in str(raised.value) or "Error 111" in str(raised.value)
+
+
+def test_e015_names_a_refusal_and_never_a_password(settings) -> None:
+    with RedisServer(find_binary(), extra_args=["--maxmemory", "1", "--maxmemory-policy", "noeviction"]) as full:
+        settings.SEMAPHORE_CONNECTION = full.url.replace("redis://", "redis://:not-the-password@") + "?socket_timeout=1"
+        [message] = redis_check.check_redis_reachable()
+    assert message.id == "django_semaphore.E015" and "refused the probe" in message.msg and "OOM" in message.msg
+    assert "not-the-password" not in message.msg
+
+
+def test_e015_leaves_a_wrong_connection_setting_to_its_own_check(settings) -> None:
+    settings.SEMAPHORE_CONNECTION = "no-such-alias"
+    assert redis_check.check_redis_reachable() == []

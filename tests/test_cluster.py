@@ -20,14 +20,15 @@ import redis.asyncio.cluster
 from redis.crc import key_slot
 
 from django_semaphore import Semaphore, get_semaphore
-from django_semaphore.conf import SemaphoreConfig
+from django_semaphore.core import errors
+from django_semaphore.core.conf import SemaphoreConfig
 
-from .servers import ServerCluster, pointed_at
+from .support.servers import ServerCluster, pointed_at
 from .test_async import *  # noqa: F403 - re-run on the cluster
 from .test_core import *  # noqa: F403 - re-run on the cluster
 
 # Tests that are about one standalone server, not about the semaphore.
-STANDALONE_ONLY = {"test_scripts_survive_script_flush", "test_scripts_survive_a_server_restart"}
+STANDALONE_ONLY = {"test_scripts_survive_function_flush", "test_scripts_survive_a_server_restart"}
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +82,14 @@ def test_every_key_of_a_semaphore_is_in_its_slot(cluster: ServerCluster, key_pre
     registry = sem.keys.partitions_of(key_prefix, "search")
     assert slots == {key_slot(sem.keys.base.encode()), key_slot(registry.encode())}
     assert get_semaphore("search").partitions() == {sem.partition: "someone"}
+
+
+def test_a_script_reaching_a_key_of_another_node_is_an_outage(cluster: ServerCluster) -> None:
+    """The reply a script gets when a key it reaches is served elsewhere (a slot mid-migration) is a refusal."""
+    client = cluster.client()
+    try:
+        with pytest.raises(redis.exceptions.ResponseError) as caught:
+            client.eval("return redis.call('GET', 'b' .. KEYS[1])", 1, "a")  # 'a' and 'ba': other nodes
+    finally:
+        client.close()
+    assert "non local key" in str(caught.value) and errors.is_outage(caught.value)

@@ -16,8 +16,8 @@ import pytest
 import redis
 import redis.asyncio.cluster
 
-from .guards import with_middleware
-from .servers import ServerCluster, pointed_at
+from .support.guards import with_middleware
+from .support.servers import ServerCluster, pointed_at
 from .test_admin import (  # noqa: F401 - re-run on the cluster, with their fixtures
     held,
     operator,

@@ -80,6 +80,35 @@ def test_status_interval_refreshes(held) -> None:
     assert len(snapshots) == 3 and all(s["semaphores"][0]["used"] == 3 for s in snapshots)
 
 
+@pytest.mark.parametrize("interval", ["nan", "NaN", "inf", "-inf", "1e309", "1e300", "0", "-0", "-1"])
+def test_status_interval_must_be_a_usable_number_of_seconds(held, interval: str) -> None:
+    with pytest.raises(CommandError, match="--interval must be a number of seconds") as caught:
+        run("semaphore_status", f"--interval={interval}", "--count", "2")
+    assert caught.value.returncode == 1
+
+
+@pytest.mark.parametrize("count", ["0", "-3"])
+def test_status_count_must_be_positive(count: str) -> None:
+    with pytest.raises(CommandError, match="--count must be 1 or more"):
+        run("semaphore_status", "--interval", "1", "--count", count)
+
+
+@pytest.mark.parametrize("interval", ["nan", "inf", "0"])
+def test_status_interval_from_a_shell_is_one_line_not_a_traceback(interval: str) -> None:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "semaphore_status", "--interval", interval, "--count", "2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("CommandError: --interval must be")
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
 def test_unknown_name_lists_the_known_ones() -> None:
     with pytest.raises(CommandError, match=r"Unknown semaphore 'nope'.*reports, search, single, weighted"):
         run("semaphore_status", "nope")
@@ -159,12 +188,51 @@ def test_limit_set_and_clear() -> None:
     assert "reports: limit is now 5 (settings say 3)." in run("semaphore_limit", "reports", "5")
     assert get_semaphore("reports").status().limit == 5
     assert "limit is 3 (settings)" in run("semaphore_limit", "reports", "--clear")
-    with pytest.raises(CommandError, match="either"):
-        run("semaphore_limit", "reports")
+    for ambiguous in ([], ["5", "--pause"], ["--pause", "--resume"], ["--clear", "--add", "1"]):
+        with pytest.raises(CommandError, match="Give one of"):
+            run("semaphore_limit", "reports", *ambiguous)
     for out_of_range in ("0", str(10**10)):
-        with pytest.raises(CommandError, match="from 1 to"):
+        with pytest.raises(CommandError, match=r"from 1 to .*--pause"):
             run("semaphore_limit", "reports", out_of_range)
     with pytest.raises(CommandError, match="keyed"):
         run("semaphore_limit", "search", "3")
     run("semaphore_limit", "search", "4", "--key", "alice")
     assert get_semaphore("search", key="alice").status().limit == 4
+
+
+def test_limit_pause_and_resume() -> None:
+    sem = get_semaphore("reports")
+    held = sem.acquire(auto_renew=False)
+    assert "reports: paused; nothing new is granted" in run("semaphore_limit", "reports", "--pause")
+    attempt = sem.attempt(wait=0)
+    assert attempt.paused and attempt.permit is None
+    assert held is not None and held.release() is True  # holders finish as usual
+    assert "reports: resumed; limit is 3 (settings)." in run("semaphore_limit", "reports", "--resume")
+    assert sem.status().override is None
+    run("semaphore_limit", "reports", "--pause")
+    row = next(line for line in run("semaphore_status").splitlines() if line.startswith("reports"))
+    assert row.split()[1] == "paused*"
+    run("semaphore_limit", "reports", "--resume")
+    # Resuming what is not paused changes nothing: a stale command must not clear another operator's limit.
+    run("semaphore_limit", "reports", "5")
+    with pytest.raises(CommandError, match="not paused; nothing changed"):
+        run("semaphore_limit", "reports", "--resume")
+    assert sem.status().limit == 5
+    # Any limit of 1 or more ends a pause too.
+    run("semaphore_limit", "reports", "--pause")
+    run("semaphore_limit", "reports", "2")
+    assert sem.acquire(auto_renew=False) is not None
+    sem.force_release_all()
+
+
+def test_limit_add_changes_the_limit_in_force_atomically() -> None:
+    assert "reports: limit is now 5 (settings say 3)." in run("semaphore_limit", "reports", "--add", "2")
+    assert "reports: limit is now 4 (settings say 3)." in run("semaphore_limit", "reports", "--add", "-1")
+    assert "limit is now 0: paused" in run("semaphore_limit", "reports", "--add", "-10")
+    assert "resumed" in run("semaphore_limit", "reports", "--resume")
+    with pytest.raises(CommandError, match="--add takes"):
+        run("semaphore_limit", "reports", "--add", str(10**10))
+    run("semaphore_limit", "search", "--key", "alice", "--add", "1")
+    assert get_semaphore("search", key="alice").status().limit == 3
+    with pytest.raises(CommandError, match="keyed"):
+        run("semaphore_limit", "search", "--pause")

@@ -9,10 +9,10 @@ import pytest
 import redis
 
 from django_semaphore import Semaphore
-from django_semaphore.conf import SemaphoreConfig
+from django_semaphore.core.conf import SemaphoreConfig
 
-from . import workers
-from .polling import wait_until
+from .support import workers
+from .support.polling import wait_until
 
 spawn = multiprocessing.get_context("spawn")
 

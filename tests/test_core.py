@@ -15,10 +15,12 @@ from django_semaphore import (
     WeightAboveLimit,
     get_semaphore,
 )
-from django_semaphore.conf import SemaphoreConfig
+from django_semaphore.core import backend
+from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.testing import RedisServer, find_binary
 
-from .polling import wait_until
+from .support.polling import wait_until
+from .support.raw import release_token, renew_token
 
 
 def make(limit: int = 2, **options: object) -> Semaphore:
@@ -38,11 +40,20 @@ def test_acquire_up_to_the_limit_then_full() -> None:
     assert third is not None
 
 
-def test_retry_after_follows_the_nearest_lease() -> None:
+def test_retry_after_follows_the_nearest_lease(settings) -> None:
+    settings.SEMAPHORE_WAITER_TTL = 30  # no hold seen yet: the fallback (a waiter TTL) is longer than the lease
     sem = make(1, lease=5)
     assert sem.acquire(auto_renew=False)
     attempt = sem.attempt()
     assert 4 <= attempt.retry_after <= 5
+
+
+def test_retry_after_with_no_hold_history_is_short_not_the_lease() -> None:
+    # A fresh start (or lost data): no typical hold is known yet, so a client is
+    # not sent away for the whole lease but for a waiter TTL (1 s).
+    sem = make(1, lease=60)
+    assert sem.acquire(auto_renew=False)
+    assert sem.attempt().retry_after == 1
 
 
 def test_retry_after_follows_the_typical_hold_when_shorter_than_the_lease() -> None:
@@ -84,7 +95,7 @@ def test_release_is_idempotent_and_owner_only() -> None:
     sem = make(1)
     permit = sem.acquire()
     assert permit is not None
-    assert sem._release("0" * 32) is False  # someone else's guess
+    assert release_token(sem, "0" * 32) is False  # someone else's guess
     assert sem.status().used == 1
     assert permit.release() is True
     assert permit.release() is False
@@ -99,7 +110,7 @@ def test_renew_extends_and_refuses_wrong_or_expired_tokens() -> None:
     time.sleep(0.05)
     assert permit.renew() is True
     assert permit.lease_deadline_ms > before
-    assert sem._renew("f" * 32, 10) is None
+    assert renew_token(sem, "f" * 32, 10) is False
     time.sleep(0.4)
     lost = []
     permit.on_lost = lost.append
@@ -184,8 +195,9 @@ def test_runtime_limit_override_applies_to_next_acquire() -> None:
     assert status.limit == 3 and status.override == 3 and status.configured_limit == 1
     assert sem.set_limit(None) == 1
     assert sem.status().override is None
-    with pytest.raises(ValueError):
-        sem.set_limit(0)
+    for bad in (-1, 1.5, True, 10**9 + 1):
+        with pytest.raises(ValueError):
+            sem.set_limit(bad)  # type: ignore[arg-type]
 
 
 def test_context_manager_raises_semaphore_full() -> None:
@@ -242,13 +254,13 @@ def test_all_keys_share_one_hash_tag() -> None:
     assert "evil" not in sem.keys.base
 
 
-def test_scripts_survive_script_flush(redis_client: redis.Redis) -> None:
+def test_scripts_survive_function_flush(redis_client: redis.Redis) -> None:
     sem = make(2)
     assert sem.acquire()
-    redis_client.script_flush()
+    redis_client.function_flush()
     permit = sem.acquire()
     assert permit is not None
-    redis_client.script_flush()
+    redis_client.function_flush()
     assert permit.release() is True
 
 
@@ -378,3 +390,49 @@ def test_connection_from_a_client_factory(redis_server: RedisServer, settings) -
     permit = sem.acquire()
     assert permit is not None and made
     assert permit.release() is True
+
+
+def test_a_limit_of_zero_pauses_new_grants_and_add_permits_resumes_them() -> None:
+    sem = make(2, lease=30)
+    held = sem.acquire(auto_renew=False)
+    assert held is not None
+    assert sem.set_limit(0) == 0
+    attempt = sem.attempt()
+    assert attempt.permit is None and attempt.paused and attempt.retry_after >= 1
+    assert held.release() is True  # holders finish as usual
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(sem.acquire(wait=5, auto_renew=False)))
+    waiter.start()
+    wait_until(lambda: sem.status().waiting == 1)
+    assert sem.add_permits(1) == 1  # the waiter is served at once
+    waiter.join(5)
+    assert got and got[0] is not None
+    assert sem.add_permits(-5) == 0 and sem.add_permits(3) == 3
+    with pytest.raises(ValueError):
+        sem.add_permits(1.5)  # type: ignore[arg-type]
+
+
+def test_concurrent_add_permits_never_lose_an_update() -> None:
+    sem = make(1)
+    threads = [threading.Thread(target=lambda: [sem.add_permits(1) for _ in range(20)]) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sem.status().limit == 101
+
+
+def test_not_fair_lets_a_newcomer_take_a_free_permit_ahead_of_the_line(settings) -> None:
+    settings.SEMAPHORE_WAITER_TTL = 30  # the waiter in line is not woken by its own timer meanwhile
+    fair = make(1, lease=30)
+    barging = Semaphore(SemaphoreConfig.from_options("barging", {"limit": 1, "lease": 30, "fair": False}))
+    for sem, newcomer_served in ((fair, False), (barging, True)):
+        held = sem.acquire(auto_renew=False)
+        assert held is not None
+        request = sem._request(wait=30)  # a waiter in line (its request recorded), asleep
+        backend.run(request.acquire_call(0), sem.name, sem.partition)
+        assert sem.status().waiting == 1
+        held.release()
+        newcomer = sem.acquire(wait=0, auto_renew=False)
+        assert (newcomer is not None) is newcomer_served
+        sem.force_release_all()

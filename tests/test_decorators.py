@@ -11,7 +11,7 @@ from django.test import AsyncClient, Client
 from django_semaphore import SemaphoreFull, failure, get_semaphore, outcomes
 from django_semaphore.signals import semaphore_released, semaphore_request_outcome
 
-from .guards import declare, hold, used
+from .support.guards import declare, hold, used
 
 
 @pytest.fixture(autouse=True)
@@ -72,12 +72,12 @@ def test_template_is_overridable(client: Client, settings, tmp_path) -> None:
 
 def test_semaphore_view_setting_and_per_semaphore_view(client: Client, settings) -> None:
     permit = hold()
-    settings.SEMAPHORE_VIEW = "tests.views.too_many"
+    settings.SEMAPHORE_VIEW = "tests.support.views.too_many"
     response = client.get("/surface/guarded/")
     assert (response.status_code, response.content) == (429, b"slow down")
     assert int(response["Retry-After"]) >= 1  # added when the site's view sets none
     settings.SEMAPHORE_VIEW = None
-    declare(settings, guarded={"view": "tests.views.too_many"})
+    declare(settings, guarded={"view": "tests.support.views.too_many"})
     assert client.get("/surface/guarded/").status_code == 429
     permit.release()
 
@@ -219,11 +219,11 @@ def test_async_streaming_response_releases_when_consumed() -> None:
 @pytest.mark.parametrize(
     ("kind", "held_key", "same", "other"),
     [
-        ("ip", "127.0.0.1", {}, {"REMOTE_ADDR": "10.0.0.9"}),
-        ("header", "k1", {"HTTP_X_API_KEY": "k1"}, {"HTTP_X_API_KEY": "k2"}),
-        ("get", "acme", {"QUERY_STRING": "tenant=acme"}, {"QUERY_STRING": "tenant=other"}),
-        ("callable", "t1", {"HTTP_X_TENANT": "t1"}, {"HTTP_X_TENANT": "t2"}),
-        ("dotted", "t1", {"HTTP_X_TENANT": "t1"}, {"HTTP_X_TENANT": "t2"}),
+        ("ip", "ip:127.0.0.1", {}, {"REMOTE_ADDR": "10.0.0.9"}),
+        ("header", "header:x-api-key:k1", {"HTTP_X_API_KEY": "k1"}, {"HTTP_X_API_KEY": "k2"}),
+        ("get", "get:tenant:acme", {"QUERY_STRING": "tenant=acme"}, {"QUERY_STRING": "tenant=other"}),
+        ("callable", "custom:t1", {"HTTP_X_TENANT": "t1"}, {"HTTP_X_TENANT": "t2"}),
+        ("dotted", "custom:t1", {"HTTP_X_TENANT": "t1"}, {"HTTP_X_TENANT": "t2"}),
         ("user_or_ip", "ip:127.0.0.1", {}, {"REMOTE_ADDR": "10.0.0.9"}),
     ],
 )
@@ -283,7 +283,7 @@ def test_async_key_kinds(kind: str) -> None:
 
 def test_forwarded_for_uses_the_trusted_proxy_entry(client: Client, settings) -> None:
     settings.SEMAPHORE_IP_META_KEY = "HTTP_X_FORWARDED_FOR"
-    permit = hold(key="203.0.113.7")
+    permit = hold(key="ip:203.0.113.7")
     # the client may forge the left entries; our proxy appended the right one
     forged = {"HTTP_X_FORWARDED_FOR": "198.51.100.1, 203.0.113.7"}
     assert client.get("/surface/keyed/ip/", **forged).status_code == 503
@@ -293,7 +293,7 @@ def test_forwarded_for_uses_the_trusted_proxy_entry(client: Client, settings) ->
 
 
 def test_ipv6_clients_share_their_slash_64(client: Client) -> None:
-    permit = hold(key="2001:db8:1:2::/64")
+    permit = hold(key="ip:2001:db8:1:2::/64")
     assert client.get("/surface/keyed/ip/", REMOTE_ADDR="2001:db8:1:2::abcd").status_code == 503
     assert client.get("/surface/keyed/ip/", REMOTE_ADDR="2001:db8:1:3::1").status_code == 200
     permit.release()
@@ -359,9 +359,23 @@ def test_async_view_renders_a_503_that_reads_the_user_off_the_event_loop(django_
 
 
 def test_an_async_semaphore_view_is_awaited(client: Client, settings) -> None:
-    settings.SEMAPHORE_VIEW = "tests.views.too_many_async"
+    settings.SEMAPHORE_VIEW = "tests.support.views.too_many_async"
     permit = hold()
     for response in (client.get("/surface/guarded/"), run(AsyncClient().get("/surface/guarded-async/"))):
         assert (response.status_code, response.content) == (429, b"slow down, async")
         assert int(response["Retry-After"]) >= 1
     permit.release()
+
+
+def test_a_paused_semaphore_answers_503_saying_so_with_its_own_retry_after(client: Client) -> None:
+    from django_semaphore.core.semaphore import PAUSED_RETRY_AFTER
+
+    get_semaphore("guarded").set_limit(0)
+    page = client.get("/surface/guarded/")
+    assert page.status_code == 503 and int(page["Retry-After"]) == PAUSED_RETRY_AFTER
+    assert "paused" in page.content.decode()
+    problem = client.get("/surface/guarded/", headers={"Accept": "application/json"})
+    assert json.loads(problem.content)["detail"] == "Requests like this one are paused for now."
+    assert asyncio.run(AsyncClient().get("/surface/guarded-async/")).status_code == 503
+    get_semaphore("guarded").set_limit(None)
+    assert client.get("/surface/guarded/").status_code == 200

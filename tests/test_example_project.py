@@ -17,19 +17,24 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from django.contrib.staticfiles import finders
 from django.core import checks
+from django.core.management import call_command
 from django.test import AsyncClient, Client
 from django.urls import reverse
 
-from django_semaphore import get_semaphore, outcomes
-from django_semaphore.permit import Permit
-from django_semaphore.testing import free_port
+from django_semaphore import SemaphoreFull, get_semaphore, outcomes
+from django_semaphore.core.permit import Permit
+from django_semaphore.testing import RedisServer, free_port
 from example_project import settings as example
+
+from .support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_SETTINGS = (
@@ -154,6 +159,60 @@ def test_supplier_prices_is_async_and_limited() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.django_db
+def test_a_task_and_the_prices_view_share_the_supplier_semaphore(client: Client, admin_client: Client) -> None:
+    """Holders from both show on the dashboard; the task, called directly here, runs without a worker."""
+    from example_project.shop.tasks import refresh_supplier_prices
+
+    sem = get_semaphore("supplier")
+    view = threading.Thread(target=lambda: client.get("/prices/", {"seconds": "1.5"}))
+    task = threading.Thread(target=lambda: refresh_supplier_prices(1.5))
+    view.start()
+    task.start()
+    try:
+        wait_until(lambda: sem.status().holder_count == 2)
+        detail = admin_client.get(reverse("admin:django_semaphore_semaphoredashboard_detail_json", args=["supplier"]))
+        (row,) = detail.json()["semaphores"]
+        assert {holder["label"] for holder in row["holder_list"]} == {
+            "GET /prices/",
+            "example_project.shop.tasks.refresh_supplier_prices",
+        }
+    finally:
+        view.join(10)
+        task.join(10)
+    held = [sem.acquire(wait=0, auto_renew=False) for _ in range(3)]
+    with pytest.raises(SemaphoreFull):
+        refresh_supplier_prices(0)  # called directly there is no task to retry
+    for permit in held:
+        assert permit is not None and permit.release()
+
+
+def test_the_landing_page_queues_price_refreshes_for_the_worker(
+    client: Client, redis_server: RedisServer, redis_client: redis.Redis
+) -> None:
+    from celery import current_app
+
+    from example_project import app as celery_app
+
+    broker_db = 2  # the suite's server, a database nothing else uses
+    celery_app.conf.update(broker_url=redis_server.url.rsplit("/", 1)[0] + f"/{broker_db}")
+    queue = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + f"/{broker_db}")
+    # @shared_task sends through the current app: the example's, as in its own processes (the
+    # suite's worker tests make theirs current when they load it).
+    previous = current_app._get_current_object()
+    celery_app.set_current()
+    try:
+        assert 'action="/prices/refresh/"' in client.get("/").content.decode()
+        queued = client.post("/prices/refresh/", {"count": "4", "seconds": "0"}).json()["queued"]
+        assert len(set(queued)) == 4 and queue.llen("celery") == 4
+        assert client.post("/prices/refresh/", {"count": "many"}).status_code == 400
+        assert client.get("/prices/refresh/").status_code == 405
+    finally:
+        previous.set_current()
+        queue.delete("celery")
+        queue.close()
+
+
 def test_redis_down_reports_fail_open_supplier_fails_closed(client: Client, settings) -> None:
     settings.SEMAPHORE_CONNECTION = f"redis://127.0.0.1:{free_port()}/0?socket_connect_timeout=0.5&socket_timeout=0.5"
     assert client.get("/reports/export/", FAST).status_code == 200
@@ -186,7 +245,7 @@ def test_inventory_view_degrades_instead_of_refusing(client: Client, holding: li
 
 
 def test_api_is_limited_per_address_and_site_wide(client: Client, holding: list[Permit]) -> None:
-    fill(holding, "api_per_ip", key="10.0.0.1")  # "ip" keys are the bare address
+    fill(holding, "api_per_ip", key="ip:10.0.0.1")
     assert_busy(client.get("/api/products/", FAST, REMOTE_ADDR="10.0.0.1"))
     other = client.get("/api/products/lamp-01/", FAST, REMOTE_ADDR="10.0.0.2")
     assert other.status_code == 200 and other.json()["name"] == "Desk lamp"
@@ -195,6 +254,47 @@ def test_api_is_limited_per_address_and_site_wide(client: Client, holding: list[
     assert_busy(client.get("/api/products/", FAST, REMOTE_ADDR="10.0.0.3"))  # a fresh address, but the API is full
     assert client.get("/api/health/").json() == {"status": "ok"}  # exempt
     assert outcomes.counts()["api"]["full"] == 1
+
+
+def test_a_503_names_only_the_semaphore_that_decided(client: Client, holding: list[Permit]) -> None:
+    """The dry-run "site" rule and the API-wide limit looked at the request too, but did not turn it away."""
+    fill(holding, "api_per_ip", key="ip:10.0.0.1")
+    busy = client.get("/api/products/", FAST, REMOTE_ADDR="10.0.0.1")
+    assert_busy(busy)
+    assert busy["RateLimit-Policy"] == '"api_per_ip";q=3;qu="concurrent-requests"'
+    assert busy["RateLimit"] == f'"api_per_ip";r=0;t={busy["Retry-After"]}'
+
+
+def test_a_decorators_503_inside_the_middleware_keeps_its_own_fields(client: Client, holding: list[Permit]) -> None:
+    """The decorator decided; the middleware around it (the "site" dry run) adds nothing to its 503."""
+    fill(holding, "reports")
+    busy = client.get("/reports/export/", FAST)
+    assert_busy(busy)
+    assert busy["RateLimit-Policy"] == '"reports";q=2;qu="concurrent-requests"'
+    holding.pop().release()
+    served = client.get("/reports/export/", FAST)
+    assert served.status_code == 200
+    assert '"reports";q=2' in served["RateLimit-Policy"] and '"site";q=12' in served["RateLimit-Policy"]
+
+
+def test_the_dry_run_counter_reads_would_have_rejected(
+    client: Client, admin_client: Client, holding: list[Permit]
+) -> None:
+    fill(holding, "site")
+    assert client.get("/").status_code == 200
+    out = StringIO()
+    call_command("semaphore_status", "site", "reports", stdout=out)
+    header, site, reports = out.getvalue().splitlines()[:3]
+    assert "WOULD REJECT" in header and "REJECTED" in header
+    cells = dict(zip(re.split(r"\s{2,}", header.strip()), re.split(r"\s{2,}", site.strip()), strict=True))
+    assert cells["REJECTED"] == "-" and cells["WOULD REJECT"] == "1"
+    assert re.split(r"\s{2,}", reports.strip())[8] == "-"  # reports enforces: nothing would-be there
+    out = StringIO()
+    call_command("semaphore_status", "--json", stdout=out)
+    rows = {row["name"]: row for row in json.loads(out.getvalue())["semaphores"]}
+    assert rows["site"]["dry_run"] is True and rows["reports"]["dry_run"] is False
+    page = admin_client.get("/admin/django_semaphore/semaphoredashboard/").content.decode()
+    assert page.count("would have rejected") == 1
 
 
 def test_superusers_bypass_the_api_rules(client: Client, django_user_model, holding: list[Permit]) -> None:
@@ -223,7 +323,7 @@ def _alive(pid: int) -> bool:
 
 
 def _reported_pids(output: str) -> list[int]:
-    match = re.search(r"Processes:\s+site (\d+), server (\d+)", output)
+    match = re.search(r"Processes:\s+site (\d+), worker (\d+), server (\d+)", output)
     assert match, output
     return [int(pid) for pid in match.groups()]
 
@@ -248,6 +348,21 @@ def _stop_leftovers(pids: list[int]) -> list[int]:
     return left
 
 
+@pytest.mark.django_db
+def test_no_page_of_the_example_can_be_framed(client: Client, holding: list[Permit]) -> None:
+    """Clickjacking: the example installs XFrameOptionsMiddleware, so a 503 and the admin deny framing too."""
+    assert "django.middleware.clickjacking.XFrameOptionsMiddleware" in example.MIDDLEWARE
+    fill(holding, "reports")
+    answers = [
+        client.get("/"),
+        client.get("/api/health/"),
+        client.get("/reports/export/", FAST),
+        client.get(reverse("admin:login")),
+    ]
+    assert [answer.status_code for answer in answers] == [200, 200, 503, 200]
+    assert [answer.get("X-Frame-Options") for answer in answers] == ["DENY"] * len(answers)
+
+
 def test_demo_smoke_starts_everything_and_leaves_nothing_running(tmp_path: Path) -> None:
     demo = _demo(tmp_path, "--smoke")
     try:
@@ -259,7 +374,12 @@ def test_demo_smoke_starts_everything_and_leaves_nothing_running(tmp_path: Path)
     assert demo.returncode == 0, output
     pids = _reported_pids(output)
     assert "Smoke test: GET / answered 200" in output
+    assert "Smoke test: the worker ran a supplier task (8 prices)" in output
     assert "user 'admin', password 'admin'" in output and "make load" in output
+    # What helps, and nothing that does not: which binaries run, no dev-server lecture, no shell chatter.
+    assert re.search(r"Redis:\s+redis://127\.0\.0\.1:\d+/0 \((redis|valkey) [\d.]+, /\S+-server\)", output), output
+    assert "Web server: Django's runserver" in output
+    assert "objects imported automatically" not in output and "WARNING: This is a development server" not in output
     assert (tmp_path / "db.sqlite3").exists()
     assert _stop_leftovers(pids) == []
 
@@ -313,3 +433,18 @@ def _resolve(path: str) -> Any:
 def test_dashboard_json_lists_the_example_semaphores(admin_client: Client) -> None:
     data = json.loads(admin_client.get("/admin/django_semaphore/semaphoredashboard/status.json").content)
     assert {semaphore["name"] for semaphore in data["semaphores"]} == set(example.SEMAPHORES)
+
+
+def test_the_load_summary_keeps_every_column_when_not_on_a_terminal() -> None:
+    from example_project import loadgen
+
+    path = "/search/?q=a-long-query-string-that-needs-room"
+    tally = loadgen.Tally()
+    tally.statuses.update({200: 5, 503: 7})
+    tally.latencies.extend([0.01, 0.02])
+    tally.retry_after.update({"1": 4, "2": 3})
+    out = StringIO()
+    loadgen.make_console(out).print(loadgen.summary({path: tally}))
+    text = out.getvalue()
+    assert path in text and "Retry-After seen" in text and "1s x4, 2s x3" in text
+    assert "…" not in text  # nothing cut to fit 80 columns

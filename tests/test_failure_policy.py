@@ -17,7 +17,7 @@ from django_semaphore import outcomes
 from django_semaphore.signals import semaphore_backend_error, semaphore_request_outcome
 from django_semaphore.testing import RedisServer, free_port
 
-from .guards import MIDDLEWARE, declare
+from .support.guards import MIDDLEWARE, declare
 
 TIMEOUTS = "socket_connect_timeout=0.5&socket_timeout=0.5"
 

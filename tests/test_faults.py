@@ -16,12 +16,12 @@ import redis
 from django.test import override_settings
 
 from django_semaphore import BackendUnavailable, Semaphore
-from django_semaphore.conf import SemaphoreConfig
-from django_semaphore.results import SemaphoreStatus
+from django_semaphore.core.conf import SemaphoreConfig
+from django_semaphore.core.results import SemaphoreStatus
 from django_semaphore.testing import RedisServer, find_binary
 
-from .load import Load
-from .polling import eventually
+from .support.load import Load
+from .support.polling import eventually
 
 # Short timeouts so an outage is noticed fast; redis-py's own retries apply on top.
 TIMEOUTS = "socket_timeout=0.5&socket_connect_timeout=0.5"
@@ -82,11 +82,11 @@ def test_aof_restart_keeps_holders_whose_leases_still_expire() -> None:
         permit.release()
 
 
-def test_scripts_are_reloaded_after_a_restart_with_an_empty_script_cache() -> None:
+def test_functions_are_reloaded_after_a_restart_that_lost_them() -> None:
     with own_server() as server:
         sem = make("noscript", 1)
         assert sem.acquire(auto_renew=False)
-        server.restart()  # a new process: SCRIPT cache empty, EVALSHA meets NOSCRIPT
+        server.restart()  # a new process without persistence: no functions, FCALL meets "not found"
         eventually(lambda: sem.status())
         assert sem.acquire(auto_renew=False) is not None
 
@@ -152,3 +152,23 @@ def test_fences_keep_increasing_across_a_restart_that_lost_the_data() -> None:
                 assert time.monotonic() < deadline, "the restarted server never answered"
                 time.sleep(0.05)
         assert after is not None and after.fence > before.fence
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_a_hang_longer_than_the_socket_timeout_costs_seconds_not_a_lease(round_: int) -> None:
+    # A fork, a BGSAVE or a disk stall: Redis stops answering for 3 s, longer than the clients'
+    # 2 s socket timeout. When it resumes it runs what they sent meanwhile, acquires whose callers
+    # gave up among them; capacity must be back within seconds, not when 60 s leases end.
+    with RedisServer(find_binary()) as server:
+        url = f"{server.url}?socket_timeout=2&socket_connect_timeout=2"
+        with override_settings(SEMAPHORE_CONNECTION=url):
+            sem = make("hung", 4, lease=60)
+            with Load(sem, limit=4, threads=16, hold=0.2) as load:
+                eventually(lambda: load.granted() > 20)
+                server.freeze()
+                time.sleep(3)
+                server.thaw()
+                time.sleep(0.5)
+            recovered = eventually(lambda: sem.status().used == 0, timeout=6)
+    print(f"capacity back {recovered:.2f} s after the load stopped; {dict(load.outcomes)}")
+    assert load.errors == [] and load.outcomes["over"] == 0

@@ -10,11 +10,11 @@ import threading
 import redis
 
 from django_semaphore import Semaphore
-from django_semaphore.conf import SemaphoreConfig
+from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.testing import RedisServer
 
-from . import workers
-from .polling import wait_until
+from .support import workers
+from .support.polling import wait_until
 
 spawn = multiprocessing.get_context("spawn")
 
@@ -24,8 +24,8 @@ def make(name: str, limit: int = 1, **options: object) -> Semaphore:
 
 
 def _scripts_run(client: redis.Redis) -> int:
-    """Script calls the server ran (a NOSCRIPT answer, followed by a load, does not count)."""
-    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    """Operations the server ran (a "function not found" answer, followed by a load, does not count)."""
+    stats = client.info("commandstats").get("cmdstat_fcall", {})
     return int(stats.get("calls", 0)) - int(stats.get("failed_calls", 0))
 
 

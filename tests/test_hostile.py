@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from django_semaphore import Semaphore, get_semaphore
-from django_semaphore.conf import SemaphoreConfig, option_problems
-from django_semaphore.keys import NAME_PATTERN, SemaphoreKeys, check_prefix
+from django_semaphore.core.conf import SemaphoreConfig, option_problems
+from django_semaphore.core.keys import NAME_PATTERN, SemaphoreKeys, check_prefix
+
+from .support.raw import release_token, renew_token
 
 # Text that tries to break out of the hash tag or the key layout.
 NASTY = st.sampled_from(["{", "}", "{}", "}{", ":", "\x00", "\n", " ", "*", "\ud800", "é", "🙂", "{a}b", "a:{b}"])
@@ -111,10 +113,9 @@ def test_any_settings_entry_is_either_refused_plainly_or_usable(options: dict[st
         return
     config = SemaphoreConfig.from_options("fuzzed", options)
     sem = Semaphore(config)
-    _token, _weight, _lease, flow, _abandon = sem._plan(None, None, None, None, None, None)
-    step = next(flow)
-    for arg in step.args:
-        assert isinstance(arg, str) or (isinstance(arg, int) and abs(arg) < 2**53), arg
+    call = sem._request().acquire_call(0)
+    for arg in call.args:
+        assert isinstance(arg, (str, bytes)) or (isinstance(arg, int) and abs(arg) < 2**53), arg
     assert math.isfinite(config.lease) and math.isfinite(config.wait)
 
 
@@ -129,8 +130,8 @@ def test_forged_tokens_release_and_renew_nothing_and_are_counted(token: object) 
     try:
         assert permit is not None
         before = sem.status().counters.get("refused", 0)
-        assert sem._release(token) is False  # type: ignore[arg-type]
-        assert sem._renew(token, 30) is None  # type: ignore[arg-type]
+        assert release_token(sem, token) is False
+        assert renew_token(sem, token, 30) is False
         status = sem.status()
         assert status.used == 1 and status.holders[0].token == permit.token
         assert status.counters["refused"] == before + 2
@@ -162,3 +163,34 @@ def test_any_identity_and_label_round_trip(identity: str, label: str) -> None:
     (holder,) = sem.status().holders
     assert holder.token == permit.token
     assert permit.release() is True
+
+
+def test_holder_metadata_is_cut_by_value_never_mid_json() -> None:
+    sem = get_semaphore("reports")
+    permit = sem.acquire(
+        label="🙂" * 300,
+        metadata={"path": "/" + "é" * 3000, **{f"field-{n}": "x" * 150 for n in range(40)}},
+        auto_renew=False,
+    )
+    assert permit is not None
+    try:
+        (holder,) = sem.status().holders
+        meta = holder.metadata
+        assert "raw" not in meta  # whole JSON
+        assert meta["host"] and meta["pid"] and meta["label"].startswith("🙂")
+        assert len(meta["label"]) <= 200 and len(meta["path"]) <= 200
+        assert meta.get("truncated") is True  # some extra fields were left out, never cut
+    finally:
+        permit.release()
+
+
+@pytest.mark.parametrize("token", ["", None])
+def test_an_empty_token_force_releases_nothing(token: object) -> None:
+    sem = get_semaphore("reports")
+    permit = sem.acquire(auto_renew=False)
+    assert permit is not None
+    try:
+        assert sem.force_release(token) is False  # type: ignore[arg-type]
+        assert sem.status().used == 1
+    finally:
+        permit.release()

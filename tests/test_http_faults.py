@@ -27,9 +27,9 @@ from django_semaphore import get_semaphore, outcomes
 from django_semaphore.testing import RedisServer
 
 from .conftest import OWN_SERVER_SOCKET_TIMEOUT
-from .guards import declare
-from .load import Workers
-from .polling import eventually
+from .support.guards import declare
+from .support.load import Workers
+from .support.polling import eventually
 
 PAUSE_MS = 3000
 # Generous: the socket timeout times redis-py's retries, plus a loaded machine;

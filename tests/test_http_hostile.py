@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from django_semaphore import get_semaphore
 
-from .guards import declare, hold, used
+from .support.guards import declare, hold, used
 from .test_admin import staff
 
 # Header values a client might send to break out of the key layout or the hash tag.
@@ -35,6 +35,7 @@ HEADER_VALUES = st.one_of(
     st.text(min_size=1, max_size=10).map(lambda text: text * 10_000),  # huge
 ).filter(bool)  # an empty header means "not limited"
 HEADER_URL = "/surface/keyed/header/"  # @semaphore("guarded", key="header:X-Api-Key"), limit 1
+HEADER_KEY = "header:x-api-key:"  # its values' namespace (README, "Keys and partitions")
 
 
 @pytest.fixture(autouse=True)
@@ -55,14 +56,14 @@ def key_layout(prefix: str) -> re.Pattern[str]:
 def test_hostile_header_keys_partition_and_never_reach_a_key_name(
     client: Client, redis_client: redis.Redis, key_prefix: str, value: str
 ) -> None:
-    permit = hold(key=value)  # this header value's one permit is taken
+    permit = hold(key=HEADER_KEY + value)  # this header value's one permit is taken
     try:
         assert client.get(HEADER_URL, HTTP_X_API_KEY=value).status_code == 503
         other = client.get(HEADER_URL, HTTP_X_API_KEY=value + "x")
         assert other.status_code == 200 and other.json()["outcome"] == "acquired"
     finally:
         permit.release()
-    assert used(key=value) == 0 and used(key=value + "x") == 0
+    assert used(key=HEADER_KEY + value) == 0 and used(key=HEADER_KEY + value + "x") == 0
     layout = key_layout(key_prefix)
     names = [name.decode() for name in redis_client.scan_iter(f"{key_prefix}*")]
     assert names and all(layout.match(name) for name in names), names
@@ -77,7 +78,7 @@ def test_a_huge_header_over_real_http_is_answered(live_server, settings) -> None
     request = urllib.request.Request(f"{live_server.url}{HEADER_URL}", headers={"X-Api-Key": value})
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
-    assert get_semaphore("guarded", key=value).status().counters["acquired"] == 1
+    assert get_semaphore("guarded", key=HEADER_KEY + value).status().counters["acquired"] == 1
 
 
 # -- X-Forwarded-For ----------------------------------------------------------
@@ -105,21 +106,21 @@ def test_prepended_addresses_neither_escape_the_limit_nor_take_anothers(client: 
     settings.SEMAPHORE_IP_META_KEY = "HTTP_X_FORWARDED_FOR"
     settings.SEMAPHORE_TRUSTED_PROXIES = proxies
     appended = ATTACKER if proxies == 1 else f"{ATTACKER}, {OUR_PROXY}"
-    permit = hold(key=ATTACKER)
+    permit = hold(key=f"ip:{ATTACKER}")
     for forged in FORGED_PREFIXES:
         assert forwarded(client, f"{forged}, {appended}") == 503, forged
-    attacker = get_semaphore("guarded", key=ATTACKER).status()
+    attacker = get_semaphore("guarded", key=f"ip:{ATTACKER}").status()
     assert attacker.counters["rejected"] == len(FORGED_PREFIXES)
     # The victim's partition was never touched, so the victim still gets in.
-    assert get_semaphore("guarded", key=VICTIM).status().counters.get("rejected", 0) == 0
-    assert set(get_semaphore("guarded").partitions().values()) <= {ATTACKER}
+    assert get_semaphore("guarded", key=f"ip:{VICTIM}").status().counters.get("rejected", 0) == 0
+    assert set(get_semaphore("guarded").partitions().values()) <= {f"ip:{ATTACKER}"}
     assert forwarded(client, VICTIM if proxies == 1 else f"{VICTIM}, {OUR_PROXY}") == 200
     permit.release()
 
 
 def test_the_default_ignores_forwarded_for_entirely(client: Client) -> None:
     """With REMOTE_ADDR (the default) a forged header changes nothing."""
-    permit = hold(key=ATTACKER)
+    permit = hold(key=f"ip:{ATTACKER}")
     assert client.get("/surface/keyed/ip/", REMOTE_ADDR=ATTACKER, HTTP_X_FORWARDED_FOR=VICTIM).status_code == 503
     permit.release()
 

@@ -19,9 +19,10 @@ def test_idle_partition_keys_expire_after_the_last_lease(settings, redis_client:
     permit = sem.acquire(lease=1.5, auto_renew=False)
     assert permit is not None
     ttls = _ttls(redis_client, sem.keys.common)
-    # Held: every key outlives the lease (1.5 s) by the idle period (0.5 s).
+    # Held: every key outlives the lease (1.5 s) by the idle period (0.5 s), and by at most a
+    # quarter more (the slack that spares a busy partition a refresh on every call).
     assert set(ttls) >= {"holders", "info", "state"}
-    assert all(1500 < ttl <= 2000 for ttl in ttls.values()), ttls
+    assert all(1500 < ttl <= 2125 for ttl in ttls.values()), ttls
     time.sleep(1.0)
     assert sem.acquire(wait=0) is not None  # counters intact while the lease runs
     assert sem.acquire(wait=0) is None
@@ -59,4 +60,4 @@ def test_a_limit_override_of_a_partition_expires_with_it(settings, redis_client:
     settings.SEMAPHORE_PARTITION_IDLE = 0.3
     sem = get_semaphore("search", key="never-used")
     sem.set_limit(5)
-    assert 0 < redis_client.pttl(sem.keys.state) <= 300
+    assert 0 < redis_client.pttl(sem.keys.state) <= 375

@@ -15,9 +15,9 @@ import pytest
 
 from django_semaphore import get_semaphore
 
-from . import views
-from .guards import declare
-from .polling import wait_until
+from .support import views
+from .support.guards import declare
+from .support.polling import wait_until
 
 PARALLEL = 10
 LIMIT = 3  # "gated" in tests/guards.py

@@ -6,12 +6,13 @@ import asyncio
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, Client
 
 from django_semaphore import failure, get_semaphore, outcomes
 from django_semaphore.signals import semaphore_released
 
-from .guards import hold, used, with_middleware
+from .support.guards import hold, used, with_middleware
 
 
 @pytest.fixture(autouse=True)
@@ -45,6 +46,32 @@ def test_path_rule_and_method_filter(client: Client, settings) -> None:
     assert client.get("/surface/plain/").status_code == 200  # GET is not limited
     assert client.post("/surface/plain/").status_code == 503
     permit.release()
+
+
+@pytest.mark.parametrize("methods", [["GET"], ["get"], "GET", ["POST", "GET"]])
+def test_head_is_guarded_wherever_get_is(client: Client, settings, methods: Any) -> None:
+    """Django answers HEAD by running the GET view, so a GET rule that let HEAD through would do the work unguarded."""
+    rules(settings, {"semaphore": "guarded", "path": r"^/surface/plain", "methods": methods})
+    permit = hold()
+    try:
+        for path in ("/surface/plain/", "/surface/plain-async/"):
+            assert client.head(path).status_code == 503, path
+            assert client.get(path).status_code == 503, path
+        assert client.options("/surface/plain/").status_code == 200  # not listed, not guarded
+    finally:
+        permit.release()
+    answer = client.head("/surface/plain/")
+    assert answer.status_code == 200 and answer.content == b""
+    assert outcomes.counts()["guarded"] == {"full": 4, "acquired": 1}  # the last HEAD took and gave back a permit
+
+
+def test_head_is_guarded_on_the_async_path(settings) -> None:
+    rules(settings, {"semaphore": "guarded", "url_name": "surface:plain-async", "methods": ["GET"]})
+    permit = hold()
+    try:
+        assert asyncio.run(AsyncClient().head("/surface/plain-async/")).status_code == 503
+    finally:
+        permit.release()
 
 
 def test_view_attribute_rule(client: Client, settings) -> None:
@@ -82,7 +109,9 @@ def test_off_mode_skips_the_rule(client: Client, settings) -> None:
     permit.release()
 
 
-@pytest.mark.parametrize("predicate", ["tests.views.bypass_internal", "tests.views.bypass_internal_async"])
+@pytest.mark.parametrize(
+    "predicate", ["tests.support.views.bypass_internal", "tests.support.views.bypass_internal_async"]
+)
 def test_exempt_paths_and_bypass_predicate(client: Client, settings, predicate: str) -> None:
     rules(settings, {"semaphore": "guarded"})
     settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = [r"^/surface/health/$"]
@@ -99,7 +128,7 @@ def test_exempt_paths_and_bypass_predicate(client: Client, settings, predicate: 
 @pytest.mark.django_db
 def test_superusers_bypass(client: Client, settings, django_user_model) -> None:
     rules(settings, {"semaphore": "guarded"})
-    settings.SEMAPHORE_MIDDLEWARE_BYPASS = "tests.views.bypass_superuser"
+    settings.SEMAPHORE_MIDDLEWARE_BYPASS = "tests.support.views.bypass_superuser"
     permit = hold()
     assert client.get("/surface/plain/").status_code == 503
     client.force_login(django_user_model.objects.create_superuser("root"))
@@ -188,7 +217,9 @@ def test_async_requests_use_the_async_path(settings) -> None:
     assert used() == 0
 
 
-@pytest.mark.parametrize("predicate", ["tests.views.bypass_internal", "tests.views.bypass_internal_async"])
+@pytest.mark.parametrize(
+    "predicate", ["tests.support.views.bypass_internal", "tests.support.views.bypass_internal_async"]
+)
 def test_async_bypass_and_exemptions(settings, predicate: str) -> None:
     rules(settings, {"semaphore": "guarded"})
     settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = [r"^/surface/health/"]
@@ -221,7 +252,7 @@ def test_async_process_exception() -> None:
 
 def test_a_failing_later_rule_gives_back_the_earlier_permits(client: Client, settings) -> None:
     # "guarded" is taken first (by name), then "sitewide"'s key function raises
-    rules(settings, {"semaphore": "guarded"}, {"semaphore": "sitewide", "key": "tests.views.exploding_key"})
+    rules(settings, {"semaphore": "guarded"}, {"semaphore": "sitewide", "key": "tests.support.views.exploding_key"})
     with pytest.raises(RuntimeError, match="key function broke"):
         client.get("/surface/both/")
     assert used() == 0
@@ -257,8 +288,38 @@ def test_exempt_paths_may_be_one_string(client: Client, settings) -> None:
 
 def test_async_rejection_renders_off_the_event_loop_with_an_async_view(settings) -> None:
     rules(settings, {"semaphore": "guarded"})
-    settings.SEMAPHORE_VIEW = "tests.views.too_many_async"
+    settings.SEMAPHORE_VIEW = "tests.support.views.too_many_async"
     permit = hold()
     response = asyncio.run(AsyncClient().get("/surface/plain-async/"))
     assert (response.status_code, response.content) == (429, b"slow down, async")
     permit.release()
+
+
+def test_a_paused_semaphore_answers_503_with_its_own_retry_after(client: Client, settings) -> None:
+    from django_semaphore.core.semaphore import PAUSED_RETRY_AFTER
+
+    rules(settings, {"semaphore": "guarded", "path": r"^/surface/plain/"})
+    get_semaphore("guarded").set_limit(0)
+    response = client.get("/surface/plain/")
+    assert response.status_code == 503 and int(response["Retry-After"]) == PAUSED_RETRY_AFTER
+    async_response = asyncio.run(AsyncClient().get("/surface/plain/"))
+    assert async_response.status_code == 503 and int(async_response["Retry-After"]) == PAUSED_RETRY_AFTER
+
+
+def test_rules_are_parsed_once_and_again_when_the_setting_changes(client: Client, settings) -> None:
+    from django_semaphore.rules import active_rules
+
+    rules(settings, {"semaphore": "guarded", "path": r"^/surface/plain/$"})
+    first = active_rules()
+    assert client.get("/surface/plain/").json()["semaphores"] == ["guarded"]
+    assert active_rules() is first  # not validated and parsed again for every request
+    rules(settings, {"semaphore": "guarded", "path": r"^/surface/health/$"})
+    assert active_rules() is not first
+    permit = hold()
+    assert client.get("/surface/plain/").status_code == 200  # the new rule is in force at once
+    assert client.get("/surface/health/").status_code == 503
+    permit.release()
+    rules(settings, {"semaphore": "guarded", "wait": -1})
+    for _ in range(2):  # a malformed rule is refused on every request, never kept
+        with pytest.raises(ImproperlyConfigured):
+            active_rules()

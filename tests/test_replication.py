@@ -7,6 +7,7 @@ The app reaches Sentinel the way django-redis does (``SentinelClient`` with
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,12 +15,12 @@ import redis
 from django.test import override_settings
 
 from django_semaphore import BackendUnavailable, Semaphore
-from django_semaphore.conf import SemaphoreConfig
+from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.testing import RedisServer, find_binary
 
-from .load import Load
-from .polling import eventually
-from .servers import SERVICE, SentinelGroup, wait_for
+from .support.load import Load
+from .support.polling import eventually
+from .support.servers import SERVICE, SentinelGroup, wait_for
 
 
 def make(name: str, limit: int, **options: object) -> Semaphore:
@@ -107,3 +108,32 @@ def test_replicas_mode_gives_the_permit_back_when_no_replica_confirms(
     assert status.counters["released"] == 2
     # Without the stricter mode the same server grants at once.
     assert make("strict", 1).acquire(auto_renew=False) is not None
+
+
+def test_replicas_mode_confirms_a_permit_handed_over_by_a_release(
+    replicated: tuple[RedisServer, RedisServer],
+) -> None:
+    _master, replica = replicated
+    sem = make("strict-handoff", 1, replicas=1, replica_timeout=1)
+    holder = sem.acquire(auto_renew=False)
+    assert holder is not None
+    outcome: list[object] = []
+
+    def wait_in_line() -> None:
+        try:
+            outcome.append(sem.acquire(wait=10, auto_renew=False))
+        except BackendUnavailable as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait_in_line)
+    waiter.start()
+    eventually(lambda: sem.status().waiting == 1)
+    replica.freeze()  # the grant the release writes for the waiter cannot reach it
+    try:
+        holder.release()
+        waiter.join(10)
+    finally:
+        replica.thaw()
+    assert len(outcome) == 1 and isinstance(outcome[0], BackendUnavailable), outcome
+    status = sem.status()
+    assert status.used == 0 and status.holder_count == 0

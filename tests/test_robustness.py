@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from django_semaphore import Semaphore
-from django_semaphore.conf import SemaphoreConfig
-from django_semaphore.renewal import renewer
+from django_semaphore.core.conf import SemaphoreConfig
+from django_semaphore.core import renewal
+from django_semaphore.core.renewal import renewer
 from django_semaphore.signals import semaphore_acquired
 from django_semaphore.testing import find_binary
 
@@ -155,7 +156,7 @@ def test_forked_child_does_not_renew_the_parents_permits() -> None:
 
 
 def test_the_asyncio_twin_of_a_cache_client_retries_as_often_as_it() -> None:
-    from django_semaphore.connection import _async_from_sync, get_client
+    from django_semaphore.core.connection import _async_from_sync, get_client
 
     sync_client = get_client()
     sync_retry = sync_client.connection_pool.connection_kwargs.get("retry")
@@ -199,3 +200,26 @@ def test_no_server_outlives_a_killed_test_run() -> None:
             run.wait(10)
         if server_pid and _running(server_pid):  # only when the assertion failed: still ours
             os.kill(server_pid, signal.SIGKILL)
+
+
+def test_a_permit_renewed_later_than_the_threads_next_look_does_not_wake_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tracking a request's permit must not cost a thread switch; a lease shorter than a look still wakes it."""
+    # A look every 30 s: the short lease below is then due well before the thread's next look,
+    # wherever the thread stands in its round (with 1 s it may be about to look anyway).
+    monkeypatch.setattr(renewal, "LOOK_EVERY", 30.0)
+    sem = Semaphore(SemaphoreConfig.from_options("wake", {"limit": 5, "lease": 120}))
+    sem.acquire(lease=0.3).release()  # wakes the thread, which goes back to sleep for LOOK_EVERY
+    time.sleep(0.2)
+    wakes = []
+    notify = renewer._wakeup.notify
+    monkeypatch.setattr(renewer._wakeup, "notify", lambda *args: wakes.append(1) or notify(*args))
+    for _ in range(20):
+        sem.acquire().release()  # first renewal due in 40 s, after the thread's next look
+    assert wakes == []
+    short = sem.acquire(lease=0.6)  # renewal due in 0.2 s, before the thread's next look
+    try:
+        assert wakes
+        time.sleep(0.8)
+        assert short.is_held()  # the server still has it past its first lease: it was renewed
+    finally:
+        short.release()

@@ -19,7 +19,7 @@ import time
 import pytest
 import redis
 
-from . import soak
+from .support import soak
 
 spawn = multiprocessing.get_context("spawn")
 PROCESSES = 24

@@ -1,4 +1,9 @@
-"""What the semaphore_* commands share: error wording and target lookup."""
+"""What the semaphore_* commands share: error wording, target lookup, and how a partition is named.
+
+Whatever a command prints that a client may have written (keys, labels,
+tokens as stored) goes through ``safe_text.for_terminal``: printed raw, an
+ESC sequence in a request path would drive the operator's terminal.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.core.management.base import CommandError
+from redis.exceptions import RedisError
 
+from ..core.errors import is_outage, is_refusal, reason
+from ..core.overview import expand, partition_of
+from ..core.semaphore import Semaphore, get_semaphore
 from ..exceptions import BackendUnavailable, UnknownSemaphore
-from ..overview import expand, partition_of
-from ..semaphore import OUTAGE_ERRORS, Semaphore, get_semaphore
+from ..safe_text import for_terminal
 
 T = TypeVar("T")
 
@@ -18,12 +26,19 @@ def guarded(action: Callable[[], T]) -> T:
     """Run ``action``; an outage or an unknown name becomes a one-line CommandError (exit status 1)."""
     try:
         return action()
-    except BackendUnavailable as exc:
-        raise CommandError(f"Redis is unreachable: {exc.__cause__ or exc}") from exc
-    except OUTAGE_ERRORS as exc:
-        raise CommandError(f"Redis is unreachable: {exc}") from exc
+    except (BackendUnavailable, RedisError) as exc:
+        if not is_outage(exc):
+            raise
+        raise CommandError(outage_line(exc)) from exc
     except UnknownSemaphore as exc:
         raise CommandError(str(exc)) from exc
+
+
+def outage_line(error: Exception) -> str:
+    """Unreachable or refusing: the operator's next step differs (network, or the server's memory or disk)."""
+    if is_refusal(error):
+        return f"Redis refused the command: {reason(error)}"
+    return f"Redis is unreachable: {reason(error)}"
 
 
 def targets(name: str, key: str | None) -> list[Semaphore]:
@@ -41,7 +56,8 @@ def targets(name: str, key: str | None) -> list[Semaphore]:
 
 
 def describe(sem: Semaphore) -> str:
-    return sem.name if sem.partition is None else f"{sem.name} [key {sem.key}]"
+    """The semaphore, and its key if it is a partition, for the terminal (keys are clients' text)."""
+    return sem.name if sem.partition is None else f"{sem.name} [key {for_terminal(sem.key)}]"
 
 
 def confirm(prompt: str, options: dict[str, Any]) -> bool:

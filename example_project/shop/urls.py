@@ -7,6 +7,7 @@ urlpatterns = [
     path("reports/export/", views.export_report, name="export-report"),
     path("search/", views.search, name="search"),
     path("prices/", views.supplier_prices, name="supplier-prices"),
+    path("prices/refresh/", views.queue_price_refreshes, name="queue-price-refreshes"),
     path("downloads/catalogue.csv", views.download_catalogue, name="download-catalogue"),
     path("inventory/", views.InventoryView.as_view(), name="inventory"),
     path("api/products/", api.products, name="api-products"),

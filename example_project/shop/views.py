@@ -20,13 +20,16 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.views import View
+from django.views.decorators.http import require_POST
 
 from django_semaphore.decorators import semaphore
 
 from .catalogue import PRODUCTS, matching, work_seconds
+from .tasks import refresh_supplier_prices
 
 INVENTORY_CACHE_KEY = "shop:inventory"
 LOAD_DEFAULT_URL = "http://127.0.0.1:8000"
+MAX_REFRESHES = 20
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -69,6 +72,22 @@ async def supplier_prices(request: HttpRequest) -> JsonResponse:
     """
     await asyncio.sleep(work_seconds(request, 1.0))  # the supplier's API call
     return JsonResponse({"prices": {product.sku: product.price for product in PRODUCTS}})
+
+
+@require_POST
+def queue_price_refreshes(request: HttpRequest) -> JsonResponse:
+    """Queue price refreshes for the Celery worker: their supplier calls share ``/prices/``'s three permits.
+
+    Watch the ``supplier`` semaphore on the dashboard meanwhile: its holders
+    are requests (``GET /prices/``) and tasks (``...refresh_supplier_prices[id]``).
+    """
+    try:
+        count = min(max(int(request.POST.get("count", "6")), 1), MAX_REFRESHES)
+    except ValueError:
+        return JsonResponse({"error": "count must be a whole number"}, status=400)
+    seconds = work_seconds(request, 2.0)
+    queued = [refresh_supplier_prices.delay(seconds).id for _ in range(count)]
+    return JsonResponse({"queued": queued, "seconds": seconds})
 
 
 @semaphore("downloads")

@@ -35,7 +35,7 @@ def _unavailable(reason: str) -> None:
 def browser() -> Iterator[Any]:
     """One Chromium per test module; module-scoped so Playwright's event loop is gone before other tests run."""
     if not Path(CHROMIUM).exists():
-        _unavailable(f"{CHROMIUM} is not installed (apt-get install chromium)")
+        _unavailable(f"{CHROMIUM} is not installed (Debian/Ubuntu: apt-get install chromium; see docs/development.md)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

@@ -3,6 +3,9 @@
 The override lives in Redis next to the permits, so every process obeys it at
 its next acquire; ``--clear`` returns to the limit in settings. Lowering a
 limit takes no permits away: new grants wait until use falls below it.
+``--add N`` changes the limit in force atomically (two operators, or an
+autoscaler, never lose an update). ``--pause`` stops new grants and
+``--resume`` ends the pause (see ``pausing.py`` for what it restores).
 """
 
 from __future__ import annotations
@@ -11,34 +14,61 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...conf import MAX_LIMIT
+from ...core.conf import MAX_LIMIT
+from ...core.semaphore import Semaphore
+from ...pausing import pause, resume
 from ..common import describe, guarded, targets
+
+ACTIONS = ("value", "clear", "pause", "resume", "add")
 
 
 class Command(BaseCommand):
-    help = "Override a semaphore's limit at run time, or clear the override."
+    help = "Override a semaphore's limit at run time, change it by N, pause or resume it, or clear the override."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", metavar="NAME")
         parser.add_argument("value", nargs="?", type=int, metavar="VALUE", help="The new limit (an integer >= 1).")
         parser.add_argument("--clear", action="store_true", help="Drop the override; the settings' limit applies.")
+        parser.add_argument(
+            "--add",
+            type=int,
+            metavar="N",
+            help="Add N to the limit in force, atomically (negative N lowers it, never below 0).",
+        )
+        parser.add_argument("--pause", action="store_true", help="Grant nothing new until resumed (a limit of 0).")
+        parser.add_argument("--resume", action="store_true", help="End a pause; the settings' limit applies again.")
         parser.add_argument("--key", help="The partition of a keyed semaphore (limits are per key).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        value, clear = options["value"], options["clear"]
-        if (value is None) == (not clear):
-            raise CommandError("Give either a new limit VALUE or --clear.")
+        # Not `in (None, False)`: a VALUE or --add of 0 equals False, and is given all the same.
+        given = [action for action in ACTIONS if options[action] is not None and options[action] is not False]
+        if len(given) != 1:
+            raise CommandError("Give one of a new limit VALUE, --clear, --add N, --pause or --resume.")
+        value, change = options["value"], options["add"]
         if value is not None and not 1 <= value <= MAX_LIMIT:
-            raise CommandError(f"A limit must be an integer from 1 to {MAX_LIMIT}.")
+            raise CommandError(f"A limit must be an integer from 1 to {MAX_LIMIT}; to stop new grants, use --pause.")
+        if change is not None and not -MAX_LIMIT <= change <= MAX_LIMIT:
+            raise CommandError(f"--add takes an integer from -{MAX_LIMIT} to {MAX_LIMIT}.")
         sems = guarded(lambda: targets(options["name"], options["key"]))
         if len(sems) != 1 or (sems[0].config.key is not None and sems[0].partition is None):
             raise CommandError(f"Semaphore {options['name']!r} is keyed: name the partition with --key.")
         sem = sems[0]
-        in_force = guarded(lambda: sem.set_limit(value))
-        settings_limit = sem.config.limit
-        if clear:
-            self.stdout.write(self.style.SUCCESS(f"{describe(sem)}: override cleared; limit is {in_force} (settings)."))
-        else:
-            self.stdout.write(
-                self.style.SUCCESS(f"{describe(sem)}: limit is now {in_force} (settings say {settings_limit}).")
-            )
+        self.stdout.write(self.style.SUCCESS(guarded(lambda: self._act(sem, given[0], options))))
+
+    def _act(self, sem: Semaphore, action: str, options: dict[str, Any]) -> str:
+        """Do it; the line to print."""
+        name, settings_limit = describe(sem), sem.config.limit
+        if action == "pause":
+            pause(sem)
+            return f"{name}: paused; nothing new is granted until --resume (holders finish)."
+        if action == "resume":
+            in_force = resume(sem)
+            if in_force is None:
+                raise CommandError(f"{name} is not paused; nothing changed.")
+            return f"{name}: resumed; limit is {in_force} (settings)."
+        if action == "clear":
+            return f"{name}: override cleared; limit is {sem.set_limit(None)} (settings)."
+        in_force = sem.set_limit(options["value"]) if action == "value" else sem.add_permits(options["add"])
+        if in_force == 0:
+            return f"{name}: limit is now 0: paused (settings say {settings_limit}); --resume ends it."
+        return f"{name}: limit is now {in_force} (settings say {settings_limit})."

@@ -11,9 +11,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...connection import get_client
-from ...overview import MAX_HOLDERS
-from ...semaphore import Semaphore
+from ...core.connection import get_client
+from ...core.overview import MAX_HOLDERS
+from ...core.semaphore import Semaphore
+from ...safe_text import for_terminal
 from ..common import confirm, describe, guarded, targets
 
 # Enough to find a token by prefix among every holder of one partition.
@@ -57,7 +58,7 @@ class Command(BaseCommand):
         released = 0
         for sem in sems:
             for token in client.zrangebyscore(sem.keys.holders, "-inf", now_ms):
-                self.stdout.write(f"Reclaimed expired {token.decode()} from {describe(sem)}")
+                self.stdout.write(f"Reclaimed expired {for_terminal(token.decode())} from {describe(sem)}")
                 released += 1
             sem.status(1)
         self.stdout.write(self.style.SUCCESS(f"Reclaimed {released} expired permit(s)."))
@@ -71,7 +72,7 @@ class Command(BaseCommand):
             raise CommandError("Cancelled; nothing was released.")
         released = guarded(lambda: [(sem, token) for sem in sems for token in sem.force_release_all()])
         for sem, token in released:
-            self.stdout.write(f"Released {token} from {describe(sem)}")
+            self.stdout.write(f"Released {for_terminal(token)} from {describe(sem)}")
         self.stdout.write(self.style.SUCCESS(f"Released {len(released)} permit(s)."))
 
     def release_token(self, sems: list[Semaphore], prefix: str, options: dict[str, Any]) -> None:
@@ -81,17 +82,19 @@ class Command(BaseCommand):
         if not found:
             raise CommandError(f"No holder of {options_label(sems)} has a token starting with {prefix!r}.")
         if len(found) > 1:
-            listed = ", ".join(h.token for _, h in found)
+            listed = ", ".join(for_terminal(h.token) for _, h in found)
             raise CommandError(f"Token prefix {prefix!r} is ambiguous; it matches {listed}.")
         sem, holder = found[0]
-        who = ", ".join(f"{k}={holder.metadata[k]}" for k in ("host", "pid", "label") if holder.metadata.get(k))
-        if not confirm(
-            f"Release {holder.token} (weight {holder.weight}, {who or 'no metadata'}) of {describe(sem)}?", options
-        ):
+        token = for_terminal(holder.token)
+        who = ", ".join(
+            f"{k}={for_terminal(holder.metadata[k])}" for k in ("host", "pid", "label") if holder.metadata.get(k)
+        )
+        question = f"Release {token} (weight {holder.weight}, {who or 'no metadata'}) of {describe(sem)}?"
+        if not confirm(question, options):
             raise CommandError("Cancelled; nothing was released.")
         if not guarded(lambda: sem.force_release(holder.token)):
-            raise CommandError(f"{holder.token} was no longer held (released or expired meanwhile).")
-        self.stdout.write(self.style.SUCCESS(f"Released {holder.token} from {describe(sem)}"))
+            raise CommandError(f"{token} was no longer held (released or expired meanwhile).")
+        self.stdout.write(self.style.SUCCESS(f"Released {token} from {describe(sem)}"))
 
 
 def options_label(sems: list[Semaphore]) -> str:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...overview import MAX_PARTITIONS, duration, overview
+from ...core.overview import MAX_PARTITIONS, duration, overview
+from ...safe_text import for_terminal
+from ...usage import dry_run_only
 from ..common import guarded
 
 BAR_WIDTH = 10
 COLUMNS = ("NAME", "LIMIT", "USED", "WAIT", "USAGE", "OLDEST", "ACQUIRED", "REJECTED", "EXPIRED", "LOST", "ON ERROR")
 HOLDER_COLUMNS = ("TOKEN", "KEY", "WEIGHT", "AGE", "LEASE LEFT", "FENCE", "HOST", "PID", "LABEL")
 CLEAR_SCREEN = "\033[H\033[2J"
+MIN_INTERVAL, MAX_INTERVAL = 0.1, 86400.0
 
 
 def usage_bar(utilisation: float) -> str:
@@ -24,12 +28,21 @@ def usage_bar(utilisation: float) -> str:
 
 def key_count(row: dict[str, Any]) -> str:
     if row["truncated"]:
-        return f"first {MAX_PARTITIONS} of {row['partitions']} keys"
+        return f"{MAX_PARTITIONS} most recent of {row['partitions']} keys"
     return f"{row['partitions']} keys"
 
 
+def check_refresh(interval: float | None, count: int | None) -> None:
+    """Refuse what argparse's ``float`` lets through (nan, inf, 0, negatives): sleep() would raise or spin."""
+    if interval is not None and not (math.isfinite(interval) and 0 < interval <= MAX_INTERVAL):
+        raise CommandError(f"--interval must be a number of seconds above 0, at most {MAX_INTERVAL:g}.")
+    if count is not None and count < 1:
+        raise CommandError("--count must be 1 or more.")
+
+
 def table(rows: list[tuple[str, ...]]) -> list[str]:
-    """Left-aligned first column, right-aligned numbers, two spaces between."""
+    """Left-aligned first column, right-aligned numbers, two spaces between; every cell escaped for the terminal."""
+    rows = [tuple(for_terminal(cell) for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for row in rows:
@@ -52,6 +65,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         interval = options["interval"]
+        check_refresh(interval, options["count"])
         if interval is None:
             self.show(options)
             return
@@ -59,7 +73,7 @@ class Command(BaseCommand):
         try:
             while options["count"] is None or shown < options["count"]:
                 if shown:
-                    time.sleep(max(interval, 0.1))
+                    time.sleep(max(interval, MIN_INTERVAL))
                 if not options["json"] and self.stdout.isatty():
                     self.stdout.write(CLEAR_SCREEN, ending="")
                 self.show(options)
@@ -69,6 +83,9 @@ class Command(BaseCommand):
 
     def show(self, options: dict[str, Any]) -> None:
         data = guarded(lambda: overview(options["names"], holders=options["holders"]))
+        dry = dry_run_only()
+        for row in data["semaphores"]:
+            row["dry_run"] = row["name"] in dry
         if options["json"]:
             indent = None if options["interval"] is not None else 2
             self.stdout.write(json.dumps(data, indent=indent))
@@ -84,15 +101,19 @@ class Command(BaseCommand):
                 self.write_holders(row)
 
     def write_table(self, semaphores: list[dict[str, Any]]) -> None:
-        rows = [COLUMNS]
+        # A dry run's refusals ran anyway: they get a column of their own, shown only when there is one.
+        dry = any(s["dry_run"] for s in semaphores)
+        rows = [COLUMNS if not dry else (*COLUMNS[:8], "WOULD REJECT", *COLUMNS[8:])]
         overridden = []
         for s in semaphores:
             name = s["name"] + (f" ({key_count(s)})" if s["keyed"] else "")
-            limit = str(s["limit"])
+            limit = "paused" if s["override"] == 0 else str(s["limit"])
             if s["override"] is not None:
                 limit += "*"
                 overridden.append(f"{s['name']} (settings: {s['configured_limit']})")
             counters = s["counters"]
+            rejected = str(counters["rejected"])
+            rejections = ("-", rejected) if s["dry_run"] else (rejected, "-")
             rows.append(
                 (
                     name,
@@ -102,7 +123,7 @@ class Command(BaseCommand):
                     usage_bar(s["utilisation"]),
                     duration(s["oldest_holder_age_s"]),
                     str(counters["acquired"]),
-                    str(counters["rejected"]),
+                    *(rejections if dry else rejections[:1]),
                     str(counters["expired"]),
                     str(counters["lost"]),
                     s["on_error"],
@@ -111,15 +132,18 @@ class Command(BaseCommand):
         lines = table(rows)
         self.stdout.write(self.style.MIGRATE_HEADING(lines[0]))
         for line, s in zip(lines[1:], semaphores, strict=True):
-            style = self.style.ERROR if s["utilisation"] >= 1 else self.style.WARNING if s["waiting"] else str
+            alarming = s["utilisation"] >= 1 or s["override"] == 0
+            style = self.style.ERROR if alarming else self.style.WARNING if s["waiting"] else str
             self.stdout.write(style(line))
         if overridden:
             self.stdout.write("* runtime limit override; " + ", ".join(overridden))
+        if dry:
+            self.stdout.write("WOULD REJECT: dry-run only; these requests found no permit and ran anyway.")
         if any(s["keyed"] for s in semaphores):
             self.stdout.write("Keyed: LIMIT is per key, USED/WAIT add up all keys, USAGE is the busiest key.")
         if any(s["truncated"] for s in semaphores):
             self.stdout.write(
-                f"Only the first {MAX_PARTITIONS} keys of a keyed semaphore are read: its row is partial."
+                f"Only the {MAX_PARTITIONS} keys of a keyed semaphore used most recently are read: its row is partial."
             )
 
     def write_holders(self, row: dict[str, Any]) -> None:

@@ -1,7 +1,9 @@
 /* Keeps the semaphore dashboard live: polls the page's JSON endpoint and
    writes the numbers into the elements marked with data-* attributes, and
-   sends confirmed release forms without leaving the page. A static file on
-   purpose: no inline script, so a strict Content-Security-Policy holds. */
+   sends every action form (data-confirm: release, set or clear a limit,
+   pause, resume) only after the browser's confirm(), without leaving the
+   page. A static file on purpose: no inline script, so a strict
+   Content-Security-Policy holds. */
 (function () {
     "use strict";
 
@@ -28,12 +30,15 @@
         element.querySelectorAll("[data-cell-value]").forEach((input) => {
             input.value = text(pick(item, input.dataset.cellValue));
         });
+        element.querySelectorAll("[data-cell-show-when]").forEach((cell) => {
+            cell.hidden = !pick(item, cell.dataset.cellShowWhen);
+        });
         element.querySelectorAll("[data-cell-href]").forEach((link) => {
             link.setAttribute("href", text(pick(item, link.dataset.cellHref)));
         });
         const token = element.matches("[data-token]") ? element : element.querySelector("[data-token]");
         if (token) {
-            token.dataset.token = text(item.token);
+            token.dataset.token = text(item.token || item.token_prefix);  // the prefix only, for view-only staff
         }
         setBar(element, item);
     }
@@ -41,7 +46,8 @@
     function setBar(scope, item) {
         const bar = scope.querySelector("[data-bar]");
         if (bar) {
-            bar.setAttribute("width", text(Math.min(Math.round(item.utilisation * 100), 100)));
+            const full = item.level === "paused" ? 100 : Math.min(Math.round(item.utilisation * 100), 100);
+            bar.setAttribute("width", text(full));  // a paused bar is all grey
             bar.setAttribute("class", "sem-bar-fill level-" + item.level);
         }
     }
@@ -65,6 +71,13 @@
         });
         card.querySelectorAll("[data-show-if]").forEach((element) => {
             element.hidden = pick(row, element.dataset.showIf) == null;
+        });
+        // Flags such as "paused": shown (or, hide-when, hidden) while true.
+        card.querySelectorAll("[data-show-when]").forEach((element) => {
+            element.hidden = !pick(row, element.dataset.showWhen);
+        });
+        card.querySelectorAll("[data-hide-when]").forEach((element) => {
+            element.hidden = Boolean(pick(row, element.dataset.hideWhen));
         });
         card.querySelectorAll("[data-show-if-empty]").forEach((element) => {
             element.hidden = (pick(row, element.dataset.showIfEmpty) || []).length > 0;
@@ -148,5 +161,12 @@
         refresh();
     });
 
-    window.setInterval(refresh, every);
+    // The next poll is planned once the last one has finished, never on a
+    // fixed clock: a slow answer (a busy Redis) must not pile requests up.
+    async function poll() {
+        await refresh();
+        window.setTimeout(poll, every);
+    }
+
+    window.setTimeout(poll, every);
 }());

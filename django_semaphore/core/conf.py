@@ -1,0 +1,244 @@
+"""Settings: ``SEMAPHORES`` declares the named semaphores; flat ``SEMAPHORE_*``
+settings hold app-wide defaults.
+
+Each declared semaphore is validated and parsed once, on first use, into a
+``SemaphoreConfig`` that is cached until a setting changes (Django sends
+``setting_changed`` from ``override_settings`` too), so the hot path never
+re-validates and ``override_settings`` still just works.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+from .keys import check_name, check_prefix
+
+ON_ERROR_CHOICES = ("allow", "deny")
+
+APP_DEFAULTS: dict[str, Any] = {
+    "SEMAPHORE_CONNECTION": "default",
+    "SEMAPHORE_ASYNC_CONNECTION": None,
+    "SEMAPHORE_KEY_PREFIX": "semaphore:",
+    "SEMAPHORE_ON_ERROR": "allow",
+    "SEMAPHORE_DEFAULT_LEASE": 60.0,
+    "SEMAPHORE_WAITER_TTL": 1.0,
+    # The Django surface: request keys, the 503 response, the middleware.
+    "SEMAPHORE_VIEW": None,
+    "SEMAPHORE_IP_META_KEY": "REMOTE_ADDR",
+    "SEMAPHORE_TRUSTED_PROXIES": 1,
+    "SEMAPHORE_IPV6_PREFIX": 64,
+    "SEMAPHORE_MIDDLEWARE_RULES": [],
+    "SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS": [],
+    "SEMAPHORE_MIDDLEWARE_BYPASS": None,
+    "SEMAPHORE_RATELIMIT_HEADERS": False,
+    # Seconds a keyed semaphore's partition keeps its keys after its last lease ends.
+    "SEMAPHORE_PARTITION_IDLE": 86400.0,
+}
+
+
+def app_setting(name: str) -> Any:
+    """One ``SEMAPHORE_*`` setting, or its default."""
+    return getattr(settings, name, APP_DEFAULTS[name])
+
+
+def declared() -> Mapping[str, Mapping[str, Any]]:
+    """``settings.SEMAPHORES``, or an empty mapping."""
+    value = getattr(settings, "SEMAPHORES", None) or {}
+    if not isinstance(value, Mapping):
+        raise ImproperlyConfigured("settings.SEMAPHORES must be a dict of name -> options.")
+    return value
+
+
+def key_prefix() -> str:
+    prefix = app_setting("SEMAPHORE_KEY_PREFIX")
+    if isinstance(prefix, str) and prefix in _checked_prefixes:
+        return prefix
+    try:
+        check_prefix(prefix)
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from exc
+    _checked_prefixes.add(prefix)
+    return prefix
+
+
+_checked_prefixes: set[str] = set()
+
+
+# Upper bounds that keep every number exact in Lua (whose numbers print as
+# "%.14g") and every duration a valid Redis expiry in ms.
+MAX_SECONDS = 10 * 365 * 86400
+MAX_LIMIT = 10**9
+
+
+def _number(options: Mapping[str, Any], name: str) -> bool:
+    """A finite number of seconds (NaN and infinity would reach Redis as garbage)."""
+    value = options.get(name)
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value <= MAX_SECONDS
+    )
+
+
+def option_problems(name: object, options: object) -> list[str]:
+    """Everything wrong with one ``SEMAPHORES`` entry, in plain words.
+
+    Shared by the system checks (which attach IDs and hints) and by
+    ``get_semaphore`` (which refuses to run a misconfigured limit).
+    """
+    problems: list[str] = []
+    try:
+        check_name(name)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if not isinstance(options, Mapping):
+        return [*problems, f"SEMAPHORES[{name!r}] must be a dict of options."]
+    limit = options.get("limit")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+        problems.append(f"SEMAPHORES[{name!r}]['limit'] must be an integer from 1 to {MAX_LIMIT} (got {limit!r}).")
+    if "lease" in options and (not _number(options, "lease") or options["lease"] <= 0):
+        problems.append(f"SEMAPHORES[{name!r}]['lease'] must be a number of seconds > 0 (ten years at most).")
+    if "wait" in options and (not _number(options, "wait") or options["wait"] < 0):
+        problems.append(f"SEMAPHORES[{name!r}]['wait'] must be a number of seconds >= 0 (ten years at most).")
+    weight = options.get("weight", 1)
+    if not isinstance(weight, int) or isinstance(weight, bool) or weight < 1:
+        problems.append(f"SEMAPHORES[{name!r}]['weight'] must be an integer >= 1.")
+    elif isinstance(limit, int) and weight > limit:
+        problems.append(f"SEMAPHORES[{name!r}]['weight'] ({weight}) is above its limit ({limit}).")
+    replicas = options.get("replicas", 0)
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or not 0 <= replicas <= 100:
+        problems.append(f"SEMAPHORES[{name!r}]['replicas'] must be an integer from 0 to 100.")
+    if "replica_timeout" in options and (not _number(options, "replica_timeout") or options["replica_timeout"] <= 0):
+        problems.append(f"SEMAPHORES[{name!r}]['replica_timeout'] must be a number of seconds > 0.")
+    if "fair" in options and not isinstance(options["fair"], bool):
+        problems.append(f"SEMAPHORES[{name!r}]['fair'] must be True or False.")
+    if options.get("max_hold") is not None and (not _number(options, "max_hold") or options["max_hold"] <= 0):
+        problems.append(f"SEMAPHORES[{name!r}]['max_hold'] must be None or a number of seconds > 0.")
+    on_error = options.get("on_error", "allow")
+    if on_error not in ON_ERROR_CHOICES:
+        problems.append(f"SEMAPHORES[{name!r}]['on_error'] must be one of {ON_ERROR_CHOICES} (got {on_error!r}).")
+    cap = options.get("max_partitions")
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= MAX_LIMIT):
+        problems.append(f"SEMAPHORES[{name!r}]['max_partitions'] must be None or an integer from 1 to {MAX_LIMIT}.")
+    key = options.get("key")
+    if key is not None and not isinstance(key, str) and not callable(key):
+        problems.append(f"SEMAPHORES[{name!r}]['key'] must be a key kind, a dotted path or a callable (got {key!r}).")
+    view = options.get("view")
+    if view is not None and not isinstance(view, str) and not callable(view):
+        problems.append(f"SEMAPHORES[{name!r}]['view'] must be a view or the dotted path of one (got {view!r}).")
+    return problems
+
+
+# How long a request may hold a permit by default, in leases: renewal keeps a
+# lease alive while its holder lives, and a client that never finishes reading a
+# streamed response (or sends its body at a byte a second) must not keep it for good.
+WEB_MAX_HOLD_LEASES = 10
+# Whole semaphores keep an hour of utilisation history, a sample per 10 s at
+# most; partitions (one per user, per IP...) keep none.
+HISTORY_EVERY_MS = 10_000
+HISTORY_KEEP = 360
+
+
+@dataclass(frozen=True)
+class SemaphoreConfig:
+    """One declared semaphore with every default filled in."""
+
+    name: str
+    limit: int
+    lease: float = 60.0
+    wait: float = 0.0
+    weight: int = 1
+    key: Any = None
+    on_error: str = "allow"
+    auto_renew: bool = True
+    waiter_ttl: float = 1.0
+    options: Mapping[str, Any] = field(default_factory=dict)
+    # Stricter mode: a grant counts only once this many replicas confirm it.
+    replicas: int = 0
+    replica_timeout: float = 0.1
+    # First come, first served (the default), or a free permit to whoever asks first.
+    fair: bool = True
+    # Seconds a permit may be held at most (renewal stops there); None: no bound.
+    # `web_max_hold` is what the decorator and the middleware use.
+    max_hold: float | None = None
+    web_max_hold: float | None = None
+    # Seconds a partition's keys outlive its last lease.
+    partition_idle: float = 86400.0
+    # Keyed semaphores: partitions kept at once; a new key past it gets on_error.
+    max_partitions: int | None = None
+
+    @classmethod
+    def from_options(cls, name: str, options: Mapping[str, Any]) -> SemaphoreConfig:
+        problems = option_problems(name, options)
+        if problems:
+            raise ImproperlyConfigured(" ".join(problems))
+        lease = float(options.get("lease", app_setting("SEMAPHORE_DEFAULT_LEASE")))
+        max_hold = None if options.get("max_hold") is None else float(options["max_hold"])
+        # Requests are bounded even when nothing is set; an explicit None lifts the bound.
+        web_max_hold = max_hold if "max_hold" in options else lease * WEB_MAX_HOLD_LEASES
+        return cls(
+            name=name,
+            limit=options["limit"],
+            lease=lease,
+            wait=float(options.get("wait", 0.0)),
+            weight=options.get("weight", 1),
+            key=options.get("key"),
+            on_error=options.get("on_error", app_setting("SEMAPHORE_ON_ERROR")),
+            auto_renew=bool(options.get("auto_renew", True)),
+            waiter_ttl=float(app_setting("SEMAPHORE_WAITER_TTL")),
+            options=dict(options),
+            replicas=options.get("replicas", 0),
+            replica_timeout=float(options.get("replica_timeout", 0.1)),
+            fair=options.get("fair", True),
+            max_hold=max_hold,
+            web_max_hold=web_max_hold,
+            partition_idle=float(app_setting("SEMAPHORE_PARTITION_IDLE")),
+            max_partitions=options.get("max_partitions"),
+        )
+
+    def wire(self, partitioned: bool) -> bytes:
+        """ARGV[1] of every script: this configuration as the scripts read it (see core/lua/common.lua)."""
+        return self._wire_partition if partitioned else self._wire_whole
+
+    def _encode(self, every_ms: int, whole: bool) -> bytes:
+        ttl_ms = max(int(self.waiter_ttl * 1000), 1)
+        idle_ms = max(int(self.partition_idle * 1000), 1)
+        return f"{self.limit} {ttl_ms} {every_ms} {HISTORY_KEEP} {idle_ms} {int(self.fair)} {int(whole)}".encode()
+
+    @cached_property
+    def _wire_whole(self) -> bytes:
+        return self._encode(HISTORY_EVERY_MS, whole=True)
+
+    @cached_property
+    def _wire_partition(self) -> bytes:
+        return self._encode(0, whole=False)
+
+
+_configs: dict[str, SemaphoreConfig] = {}
+
+
+def config_for(name: str) -> SemaphoreConfig | None:
+    """The parsed configuration of semaphore ``name``, or None if it is not declared."""
+    config = _configs.get(name)
+    if config is None:
+        options = declared().get(name)
+        if options is None:
+            return None
+        config = _configs[name] = SemaphoreConfig.from_options(name, options)
+    return config
+
+
+def _forget_configs(**kwargs: Any) -> None:
+    _configs.clear()
+
+
+setting_changed.connect(_forget_configs, dispatch_uid="django_semaphore.conf")

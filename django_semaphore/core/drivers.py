@@ -1,0 +1,306 @@
+"""Run the acquire flow's steps on a real client, sync or asyncio.
+
+Besides relaying steps, a driver owns three things the flow cannot see:
+
+- **When a call is too late.** Each acquire carries a "not after" time on the
+  server's clock, past which its caller has given up on it (a Redis hung for
+  longer than the socket timeout replays what it buffered when it resumes);
+  the script then refuses it instead of granting a permit nobody holds.
+- **A wait that ends on time.** Redis fires ``BLPOP`` timeouts on its own
+  timer (``hz``: every 100 ms by default), so a wait that ends at the
+  caller's deadline is also bounded here; when Redis is late, the driver
+  leaves the line itself and unblocks its own wait.
+- **An interrupted call.** An outage, a cancelled task or Ctrl-C halfway may
+  leave a permit granted unseen or a place in line. The driver gives both
+  back: at once when Redis is answering, else through the background
+  reconciler, which retries until Redis confirms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections import OrderedDict
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import redis.exceptions
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+
+from . import scripts
+from .errors import OUTAGE_ERRORS as OUTAGE_ERRORS  # re-exported: classify with errors.is_outage
+from .errors import is_outage
+from .flow import Acquire, AcquireRequest, Block, Confirm, Flow, Woken
+from .renewal import renewer
+from .results import AcquireReply
+
+# How much later than asked a precise wait may end before the driver stops waiting for Redis.
+LATE_WAIT_GRACE = 0.01
+# Seconds to wait for the reply a leave-and-unblock releases.
+UNBLOCKED_READ = 1.0
+
+
+@dataclass
+class ReplicaConfirmation:
+    """The stricter mode's ``WAIT``: how many replicas, how long, and how many answered."""
+
+    replicas: int
+    timeout_ms: int
+    acked: int = 0
+
+    def short(self, reply: AcquireReply) -> bool:
+        """A permit was granted but too few replicas have it."""
+        return reply.granted and self.acked < self.replicas
+
+
+class ServerClock:
+    """What the server's clock reads, from this process's monotonic clock, per semaphore.
+
+    Each acquire reply carries the server's ``now``; it was read before the
+    reply arrived, so ``now - arrival`` is a lower bound of the offset between
+    the two clocks. A deadline computed with it is never later, on the
+    server's clock, than the moment this process gives up. Kept per semaphore
+    key, since the nodes of a Redis Cluster have clocks of their own.
+    """
+
+    LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self._offsets: OrderedDict[str, float] = OrderedDict()
+
+    def observe(self, key: str, server_now_ms: int, received_at: float) -> None:
+        self._offsets[key] = server_now_ms - received_at * 1000
+        self._offsets.move_to_end(key)
+        if len(self._offsets) > self.LIMIT:
+            self._offsets.popitem(last=False)
+
+    def bound(self, key: str, within: float | None) -> int:
+        """Server ms, at the latest, of ``within`` seconds from now (0: unknown, no bound).
+
+        Two bounds go with each acquire. The client's read timeout: a call
+        Redis runs later was abandoned (a retry of it is refused too, which
+        the caller sees as the outage it is), and a clean-up sent after the
+        caller gave up runs after the bound, so a replayed acquire can never
+        overtake it. And what is left of the caller's wait: nothing is
+        granted after that.
+        """
+        offset = self._offsets.get(key)
+        if offset is None or within is None:
+            return 0
+        return max(int((time.monotonic() + within) * 1000 + offset), 1)
+
+
+server_clock = ServerClock()
+
+
+def _cap(timeout: float, read_timeout: float | None) -> float:
+    """Keep a blocking read inside the socket timeout, or redis-py would call it an outage."""
+    return min(timeout, read_timeout * 0.8) if read_timeout else timeout
+
+
+def drive(
+    client: Any,
+    request: AcquireRequest,
+    flow: Flow,
+    read_timeout: float | None,
+    confirm: ReplicaConfirmation | None = None,
+) -> AcquireReply:
+    """Run ``flow`` to its end on a sync client."""
+    clock_key = request.calls.keys.base
+    try:
+        step = next(flow)
+        while True:
+            reply: Any
+            if isinstance(step, Acquire):
+                call = request.acquire_call(
+                    server_clock.bound(clock_key, read_timeout), server_clock.bound(clock_key, step.remaining)
+                )
+                if confirm is not None:
+                    reply, confirm.acked = scripts.run_confirmed(client, call, confirm.replicas, confirm.timeout_ms)
+                else:
+                    reply = scripts.run(client, call)
+                server_clock.observe(clock_key, reply[6], time.monotonic())
+            elif isinstance(step, Block):
+                reply = _block(client, request, step, read_timeout)
+            elif isinstance(step, Confirm):
+                if confirm is not None:
+                    reply, confirm.acked = scripts.run_confirmed(
+                        client, request.confirm_call(), confirm.replicas, confirm.timeout_ms
+                    )
+                else:
+                    reply = scripts.run(client, request.confirm_call())
+            else:
+                reply = scripts.run(client, request.cancel_call())
+            try:
+                step = flow.send(reply)
+            except StopIteration as done:
+                result: AcquireReply = done.value
+                return result
+    except BaseException as error:
+        _clean_up(client, request, error)
+        raise
+
+
+def _worth_trying_now(error: BaseException) -> bool:
+    """Whether Redis is likely to answer a clean-up at once: a dropped connection, or no outage.
+
+    Not after a timeout (it would time out again, and the caller would wait
+    twice), nor while Redis refuses commands: the background retries those.
+    """
+    return isinstance(error, redis.exceptions.ConnectionError) or not is_outage(error)
+
+
+def _clean_up(client: Any, request: AcquireRequest, error: BaseException) -> None:
+    """Give back whatever an interrupted call may hold: now if Redis answers, else in the background."""
+    if _worth_trying_now(error):
+        try:
+            scripts.run(client, request.cancel_call())
+            return
+        except Exception:
+            pass
+    renewer.reconcile(request.cancel_call(), within=request.lease_ms / 1000)
+
+
+def _block(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
+    timeout = _cap(step.timeout, read_timeout)
+    if not step.precise:
+        return Woken(_note(client.blpop([request.wake_key], timeout=timeout)))
+    node = (
+        client.get_redis_connection(client.get_node_from_key(request.wake_key))
+        if isinstance(client, RedisCluster)
+        else client
+    )
+    pool = node.connection_pool
+    connection = pool.get_connection()
+    try:
+        connection.send_command("BLPOP", request.wake_key, timeout)
+        if connection.can_read(timeout + LATE_WAIT_GRACE):
+            return Woken(_note(connection.read_response()))
+        # Redis is late (its timer fires BLPOP timeouts): leave the line now, and let the
+        # note the leaving leaves behind end the wait, so the connection stays usable.
+        scripts.run(client, request.cancel_call(unblock=True))
+        if connection.can_read(UNBLOCKED_READ):
+            connection.read_response()
+        else:
+            connection.disconnect()
+        return Woken(left=True)
+    except (redis.exceptions.MovedError, redis.exceptions.AskError):
+        # The slot moved: the next acquire, through the cluster client, finds the new owner.
+        return Woken()
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+
+
+def _note(reply: Any) -> Any:
+    """The note a BLPOP reply carries ([key, note]), or None when it timed out."""
+    return reply[1] if reply else None
+
+
+async def adrive(
+    client: Any,
+    request: AcquireRequest,
+    flow: Flow,
+    read_timeout: float | None,
+    confirm: ReplicaConfirmation | None = None,
+) -> AcquireReply:
+    """``drive`` on an asyncio client; a cancelled task still gives back what it may hold."""
+    clock_key = request.calls.keys.base
+    try:
+        step = next(flow)
+        while True:
+            reply: Any
+            if isinstance(step, Acquire):
+                call = request.acquire_call(
+                    server_clock.bound(clock_key, read_timeout), server_clock.bound(clock_key, step.remaining)
+                )
+                if confirm is not None:
+                    reply, confirm.acked = await scripts.arun_confirmed(
+                        client, call, confirm.replicas, confirm.timeout_ms
+                    )
+                else:
+                    reply = await scripts.arun(client, call)
+                server_clock.observe(clock_key, reply[6], time.monotonic())
+            elif isinstance(step, Block):
+                reply = await _ablock(client, request, step, read_timeout)
+            elif isinstance(step, Confirm):
+                if confirm is not None:
+                    reply, confirm.acked = await scripts.arun_confirmed(
+                        client, request.confirm_call(), confirm.replicas, confirm.timeout_ms
+                    )
+                else:
+                    reply = await scripts.arun(client, request.confirm_call())
+            else:
+                reply = await scripts.arun(client, request.cancel_call())
+            try:
+                step = flow.send(reply)
+            except StopIteration as done:
+                result: AcquireReply = done.value
+                return result
+    except BaseException as error:
+        await _aclean_up(client, request, error)
+        raise
+
+
+async def _aclean_up(client: Any, request: AcquireRequest, error: BaseException) -> None:
+    if _worth_trying_now(error):
+
+        async def leave() -> None:
+            await scripts.arun(client, request.cancel_call())
+
+        # Shielded: the task is usually being cancelled, and a second cancel must not cut the
+        # clean-up short; it then finishes in the background.
+        with suppress(Exception):
+            await asyncio.shield(asyncio.ensure_future(leave()))
+            return
+    renewer.reconcile(request.cancel_call(), within=request.lease_ms / 1000)
+
+
+async def _ablock(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
+    timeout = _cap(step.timeout, read_timeout)
+    if not step.precise or isinstance(client, AsyncRedisCluster):
+        if isinstance(client, AsyncRedisCluster) and step.precise:
+            # A cluster node's connections are not handed out: bound the wait from here instead.
+            try:
+                return Woken(
+                    _note(
+                        await asyncio.wait_for(
+                            client.blpop([request.wake_key], timeout=timeout), timeout + LATE_WAIT_GRACE
+                        )
+                    )
+                )
+            except asyncio.TimeoutError:
+                await scripts.arun(client, request.cancel_call(unblock=True))
+                return Woken(left=True)
+        return Woken(_note(await client.blpop([request.wake_key], timeout=timeout)))
+    pool = client.connection_pool
+    connection = await pool.get_connection()
+    try:
+        await connection.send_command("BLPOP", request.wake_key, timeout)
+        read = asyncio.ensure_future(connection.read_response())
+        done, _ = await asyncio.wait({read}, timeout=timeout + LATE_WAIT_GRACE)
+        if done:
+            return Woken(_note(read.result()))
+        await scripts.arun(client, request.cancel_call(unblock=True))
+        done, _ = await asyncio.wait({read}, timeout=UNBLOCKED_READ)
+        if not done:
+            read.cancel()
+            await connection.disconnect()
+        else:
+            with suppress(Exception):
+                read.result()
+        return Woken(left=True)
+    except (redis.exceptions.MovedError, redis.exceptions.AskError):
+        return Woken()
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        released = pool.release(connection)
+        if inspect.isawaitable(released):
+            await released

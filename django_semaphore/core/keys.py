@@ -1,0 +1,98 @@
+"""Redis key names for one semaphore (or one partition of it).
+
+Every key of a semaphore shares one ``{hash tag}`` so that a script touching
+them all stays inside one Redis Cluster slot. Partition keys come from
+requests (user ids, IPs, headers), so they are hashed: no user-controlled
+text, braces or unbounded length ever reaches a key name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+_PREFIX_FORBIDDEN = re.compile(r"[{}\s]")
+
+
+def check_name(name: object) -> str:
+    """Return ``name`` if it can be used in a key, else raise ValueError."""
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise ValueError(
+            f"Semaphore name {name!r} must be 1-100 characters of letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit."
+        )
+    return name
+
+
+def check_prefix(prefix: object) -> str:
+    """Return ``prefix`` if it cannot break the hash tag, else raise ValueError."""
+    if not isinstance(prefix, str) or len(prefix) > 100 or _PREFIX_FORBIDDEN.search(prefix):
+        raise ValueError(f"Key prefix {prefix!r} must be a string of at most 100 characters without braces or spaces.")
+    return prefix
+
+
+def hash_partition(value: object) -> str:
+    """A fixed-length digest of a partition value, safe to put in a key."""
+    text = value if isinstance(value, str) else repr(value) if not isinstance(value, int) else str(value)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class SemaphoreKeys:
+    """All key names of one semaphore partition."""
+
+    base: str
+
+    @classmethod
+    def build(cls, prefix: str, name: str, partition: str | None) -> SemaphoreKeys:
+        tag = name if partition is None else f"{name}:{partition}"
+        return cls(base=f"{prefix}{{{tag}}}:")
+
+    @staticmethod
+    def partitions_of(prefix: str, name: str) -> str:
+        """The registry of a name's partitions (ZSET hash -> last recorded, ms), in the name's own slot."""
+        return f"{prefix}{{{name}}}:registry"
+
+    @staticmethod
+    def partition_labels_of(prefix: str, name: str) -> str:
+        """The registry's labels (HASH hash -> key, shortened), beside it in the same slot."""
+        return f"{prefix}{{{name}}}:labels"
+
+    @property
+    def holders(self) -> str:
+        return self.base + "holders"
+
+    @property
+    def info(self) -> str:
+        return self.base + "info"
+
+    @property
+    def state(self) -> str:
+        return self.base + "state"
+
+    @property
+    def queue(self) -> str:
+        return self.base + "queue"
+
+    @property
+    def alive(self) -> str:
+        return self.base + "alive"
+
+    @property
+    def qweight(self) -> str:
+        return self.base + "qweight"
+
+    @property
+    def history(self) -> str:
+        return self.base + "history"
+
+    def wake(self, token: str) -> str:
+        return f"{self.base}wake:{token}"
+
+    @cached_property
+    def common(self) -> list[str]:
+        """The keys every script takes, in the order of the argument contract (core/lua/common.lua)."""
+        return [self.holders, self.info, self.state, self.queue, self.alive, self.qweight, self.history]

@@ -1,0 +1,685 @@
+-- The start of the library (scripts.py builds it: this file, then each operation's file as the body
+-- of a function registered under the library's versioned name). Loaded once with FUNCTION LOAD, it
+-- defines its helpers once, not on every call, and every operation stays one FCALL.
+--
+-- THE ARGUMENT CONTRACT (the same for every script)
+--   KEYS[1] holders  ZSET  holder token -> lease deadline (ms, server clock)
+--   KEYS[2] info     HASH  holder token -> "weight|acquired_ms|fence|nonce|hold_until_ms|metadata"
+--   KEYS[3] state    HASH  used (sum of held weights), fence (never reset), limit (runtime override),
+--                          ticket (waiting-line counter), expires_at (partitions), audited_at,
+--                          seen_at (when a script last served a line with waiters in it),
+--                          hold_avg and peak/sampled_at (Retry-After, history) and the outcome counters
+--   KEYS[4] queue    ZSET  waiter token -> ticket (first come, first served)
+--   KEYS[5] alive    ZSET  waiter token -> heartbeat deadline (ms); a waiter that missed it but may come
+--                          back keeps its entry (and its ticket in qweight) for a grace period
+--   KEYS[6] qweight  HASH  waiter token -> "weight|lease_ms|claim_ms|hold_ms|ticket|nonce|metadata":
+--                          its own request, so a release can grant it without being asked
+--   KEYS[7] history  LIST  "sampled_at_ms|peak_used|waiting" samples (whole semaphores only)
+--   KEYS[8] the caller's own wake list, for the scripts that act for one waiter (acquire, cancel)
+--   ARGV[1] the semaphore's configuration, "limit waiter_ttl_ms every_ms keep idle_ms fair whole":
+--           limit from settings (a runtime override in state wins); a waiter not heard from for
+--           waiter_ttl_ms leaves the line; one history sample per every_ms at most (0: none),
+--           keep samples; the keys expire idle_ms after the last lease or heartbeat; fair 1 =
+--           first come, first served, 0 = a free permit goes to whoever asks first; whole 1 = a
+--           whole semaphore, whose state and history are kept for good (a partition's go too)
+--   ARGV[2...] the operation's own arguments, listed in each script's header.
+--   Other waiters' wake lists, <base>wake:<token>, are not in KEYS: whom a release wakes is only
+--   known once it has read the line. They share KEYS[1]'s hash tag, so they live in its slot.
+--
+-- ABORT-SAFE WRITES
+-- Scripts do not roll back. While a Cluster slot is MIGRATING, Redis fails any command of a
+-- script whose key is missing from the node (it only starts a script whose KEYS all exist), and
+-- a key a script empties is deleted. So every script reads first, decides in Lua, and then
+-- writes in `commit`, in this order: additions (which never delete a key), the state hash,
+-- expiries, removals (which may delete keys; nothing touches a key after them), and last the
+-- other waiters' wake lists, through pcall (a lost note is covered by the waiter's timer).
+-- A script cut short by anything else therefore leaves `used` too high at worst, never too low,
+-- and `audit` recounts it from the holders.
+
+local MAX_LIMIT = 1000000000
+local MAX_MS = 315360000000          -- ten years
+local AUDIT_EVERY_MS = 1000          -- recount `used` from the holders at most this often
+local LAPSED_GRACE_TTLS = 2          -- a lapsed waiter keeps its ticket this many waiter TTLs
+local BATCH = 1000                   -- members per HMGET/HDEL/ZREM (Lua's unpack has a limit)
+
+-- One call's arguments and key names, set by `begin` (calls run one at a time).
+local KEYS, ARGV, K, BASE
+
+-- Refuse an argument before anything is written: nothing a caller sends may corrupt shared state.
+local function fail(message)
+  error({err = 'ERR django_semaphore: ' .. message})
+end
+
+local function int_arg(value, name, low, high)
+  if value == '0' and low <= 0 then
+    return 0  -- the commonest value of the optional ones, without parsing a number
+  end
+  local n = tonumber(value)
+  if not n or n % 1 ~= 0 or n < low or n > high then
+    fail(name .. ' must be an integer from ' .. low .. ' to ' .. high .. ', not ' .. tostring(value))
+  end
+  return n
+end
+
+local function token_arg(value, name)
+  if type(value) ~= 'string' or #value == 0 or #value > 200 then
+    fail(name .. ' must be 1 to 200 bytes')
+  end
+  return value
+end
+
+-- Parsed configurations, by their text: a site has a handful, each parsed once per library load.
+local configs, config_count = {}, 0
+
+local function read_config(raw)
+  local cfg = configs[raw]
+  if cfg then
+    return cfg
+  end
+  local limit, ttl, every, keep, idle, fair, whole =
+    string.match(raw or '', '^(%d+) (%d+) (%d+) (%d+) (%d+) ([01]) ([01])$')
+  if not limit then
+    fail('bad configuration argument ' .. tostring(raw))
+  end
+  cfg = {limit = int_arg(limit, 'limit', 0, MAX_LIMIT), waiter_ttl = int_arg(ttl, 'waiter ttl', 1, MAX_MS),
+         every = tonumber(every), keep = int_arg(keep, 'samples kept', 1, 100000),
+         idle = int_arg(idle, 'idle expiry', 1, MAX_MS), fair = fair == '1', whole = whole == '1'}
+  if config_count >= 1000 then
+    configs, config_count = {}, 0
+  end
+  configs[raw], config_count = cfg, config_count + 1
+  return cfg
+end
+
+-- Integers as text, for the few strings a script builds (Lua would print a fence, ~1.7e15, in
+-- exponent form). Numbers passed to redis.call are written exactly by Redis itself: formatting in
+-- Lua is one of the dearest things a script does, so it is kept off the common path.
+local function int_text(n)
+  return string.format('%d', n)
+end
+
+-- "000" to "999": the milliseconds of a clock reading as text, built at the first call after the
+-- library loads (the standard library is not reachable while it loads).
+local MS_TEXT
+
+-- The server's clock in ms, as a number and as text (without formatting the number).
+local function server_now_ms()
+  if not MS_TEXT then
+    MS_TEXT = {}
+    for ms = 0, 999 do
+      MS_TEXT[ms] = string.format('%03d', ms)
+    end
+  end
+  local t = redis.call('TIME')
+  local ms = math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000 + ms, t[1] .. MS_TEXT[ms]
+end
+
+local STATE_FIELDS = {'limit', 'used', 'fence', 'ticket', 'expires_at', 'audited_at', 'seen_at', 'hold_avg', 'peak',
+                      'sampled_at', 'acquired', 'rejected', 'released', 'refused', 'expired', 'lost', 'forced',
+                      'max_hold'}
+
+-- Fields of the state hash every operation reads at once; any other is read when first used (a
+-- rarer path: a refusal, a waiting line), so the common path reads the hash once, and briefly.
+local HOT_FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak', 'sampled_at'}
+
+-- The state hash's `fields` (`false` for one it lacks); `st.created` when it has none of them.
+local function read_state(fields)
+  fields = fields or HOT_FIELDS
+  local values = redis.call('HMGET', K.state, unpack(fields))
+  local st = {}
+  local found = false
+  for i, name in ipairs(fields) do
+    st[name] = values[i]
+    found = found or values[i]
+  end
+  st.created = not found
+  return st
+end
+
+-- One field of the state hash, read now if the first read did not fetch it.
+local function field(st, name)
+  local value = st[name]
+  if value == nil then
+    value = redis.call('HGET', K.state, name) or false
+    st[name] = value
+  end
+  return value
+end
+
+local function parse_info(value)
+  if not value then
+    return {weight = 1, acquired = 0, fence = '0', nonce = '', hold_until = 0, meta = ''}
+  end
+  local w, acquired, fence, nonce, hold_until, meta = string.match(value, '^(%d+)|(%d+)|(%d+)|([^|]*)|(%d+)|(.*)$')
+  return {weight = tonumber(w) or 1, acquired = tonumber(acquired) or 0, fence = fence or '0',
+          nonce = nonce or '', hold_until = tonumber(hold_until) or 0, meta = meta or ''}
+end
+
+local function info_text(weight_text, acquired_text, fence, nonce, hold_until, meta)
+  local hold_text = hold_until == 0 and '0' or int_text(hold_until)
+  return weight_text .. '|' .. acquired_text .. '|' .. int_text(fence) .. '|' .. nonce .. '|' .. hold_text .. '|' .. meta
+end
+
+local function parse_waiter(value)
+  if not value then
+    return nil
+  end
+  local w, lease, claim, hold, ticket, nonce, meta = string.match(value, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
+  if not w then
+    return nil
+  end
+  return {weight = tonumber(w), weight_text = w, lease = tonumber(lease), claim = tonumber(claim),
+          hold = tonumber(hold), ticket = tonumber(ticket), nonce = nonce, meta = meta}
+end
+
+-- THE WRITE PLAN ------------------------------------------------------------
+
+-- removes: one command per key (so no key is touched after a removal emptied it), members deduplicated.
+local plan
+
+local function clear(t)
+  for k in pairs(t) do
+    t[k] = nil
+  end
+end
+
+-- Every operation starts here: its keys, its arguments, and an empty write plan. The tables that
+-- every call needs are kept and emptied, not made anew: garbage is most of what a call costs Lua
+-- (the other lists are made when first needed: most calls need few of them).
+K = {}
+plan = {adds = {}, state = {}, created = {}}
+local function begin(keys, args)
+  KEYS, ARGV = keys, args
+  K.holders, K.info, K.state, K.queue = keys[1], keys[2], keys[3], keys[4]
+  K.alive, K.qweight, K.history, K.own_wake = keys[5], keys[6], keys[7], keys[8]
+  BASE = nil
+  clear(plan.adds)
+  clear(plan.state)
+  clear(plan.created)
+  plan.removes, plan.remove_order, plan.deletes, plan.notes = nil, nil, nil, nil
+  plan.last_deadline = 0
+end
+
+-- The key prefix shared by the semaphore's keys, to name waiters' wake lists (keys[1] is <base>holders).
+local function base()
+  BASE = BASE or string.sub(K.holders, 1, -8)
+  return BASE
+end
+
+local function add(...)
+  plan.adds[#plan.adds + 1] = {...}
+end
+
+-- A lease or a waiter's heartbeat now runs until `deadline` (ms): the keys must outlive it.
+local function outlive(deadline)
+  if deadline > plan.last_deadline then
+    plan.last_deadline = deadline
+  end
+end
+
+-- Take `member` out of `key` (ZREM for sorted sets, HDEL for hashes) once the script commits.
+local function drop(command, key, member)
+  if not plan.removes then
+    plan.removes, plan.remove_order = {}, {}
+  end
+  local entry = plan.removes[key]
+  if not entry then
+    entry = {command = command, members = {}, seen = {}}
+    plan.removes[key] = entry
+    plan.remove_order[#plan.remove_order + 1] = key
+  end
+  if not entry.seen[member] then
+    entry.seen[member] = true
+    entry.members[#entry.members + 1] = member
+  end
+end
+
+-- Undo a `drop` of `member` (a holder reclaimed and granted again in one script).
+local function keep(key, member)
+  local entry = plan.removes and plan.removes[key]
+  if entry and entry.seen[member] then
+    entry.seen[member] = nil
+    for i, candidate in ipairs(entry.members) do
+      if candidate == member then
+        table.remove(entry.members, i)
+        break
+      end
+    end
+  end
+end
+
+local function delete(key)
+  plan.deletes = plan.deletes or {}
+  plan.deletes[#plan.deletes + 1] = key
+end
+
+-- `key` did not exist before this script: it needs its partition expiry.
+local function created(key)
+  plan.created[key] = true
+end
+
+local function set_state(field, value)
+  plan.state[field] = value
+end
+
+local function count(st, name, by)
+  local current = plan.state[name] or tonumber(field(st, name)) or 0
+  plan.state[name] = current + (by or 1)
+end
+
+local function note(token, text, ttl_ms, only_if_empty)
+  plan.notes = plan.notes or {}
+  plan.notes[#plan.notes + 1] = {token = token, text = text, ttl = ttl_ms, only_if_empty = only_if_empty}
+end
+
+-- Keep the keys until `idle` after the last lease (or waiter's heartbeat) ends, then let them go:
+-- refresh every key when the recorded expiry falls short (a quarter idle period of slack, so a busy
+-- semaphore rarely pays for it), and give a key this script creates the recorded one. Every script
+-- that sets a deadline, a lease's or a waiter's (`plan.last_deadline`), comes here, so the recorded
+-- expiry always outlives every one. A whole semaphore keeps its state and history for good, and its
+-- holders (at most its limit: the next call on it reclaims the dead ones) like them; its waiting
+-- line, which dead processes could grow without bound, goes when nobody is left in it.
+local function apply_expiry(st, cfg, now)
+  local needed = math.max(plan.last_deadline, now) + cfg.idle
+  local recorded = tonumber(plan.state.expires_at or st.expires_at) or 0
+  if recorded >= needed and next(plan.created) == nil then
+    return  -- the common case: nothing new, and the recorded expiry still outlives everything
+  end
+  local expiring = cfg.whole and {K.queue, K.alive, K.qweight}
+                   or {K.holders, K.info, K.state, K.queue, K.alive, K.qweight}
+  if recorded < needed then
+    recorded = needed + math.floor(cfg.idle / 4)
+    redis.call('HSET', K.state, 'expires_at', recorded)
+    for _, key in ipairs(expiring) do
+      redis.call('PEXPIREAT', key, recorded)
+    end
+  else
+    for _, key in ipairs(expiring) do
+      if plan.created[key] then
+        redis.call('PEXPIREAT', key, recorded)
+      end
+    end
+  end
+end
+
+local function commit(st, cfg, now)
+  for _, command in ipairs(plan.adds) do
+    redis.call(unpack(command))
+  end
+  local flat = {}
+  for field, value in pairs(plan.state) do
+    flat[#flat + 1] = field
+    flat[#flat + 1] = value
+  end
+  if #flat > 0 then
+    if st.created then
+      created(K.state)
+    end
+    redis.call('HSET', K.state, unpack(flat))
+  end
+  if #flat > 0 or #plan.adds > 0 then
+    apply_expiry(st, cfg, now)
+  end
+  for _, key in ipairs(plan.remove_order or {}) do
+    local entry = plan.removes[key]
+    for first = 1, #entry.members, BATCH do
+      redis.call(entry.command, key, unpack(entry.members, first, math.min(first + BATCH - 1, #entry.members)))
+    end
+  end
+  for _, key in ipairs(plan.deletes or {}) do
+    redis.call('DEL', key)
+  end
+  for _, n in ipairs(plan.notes or {}) do
+    local wake = base() .. 'wake:' .. n.token
+    if not n.only_if_empty or redis.pcall('EXISTS', wake) == 0 then
+      if not n.only_if_empty then
+        redis.pcall('DEL', wake)
+      end
+      if n.text then
+        redis.pcall('RPUSH', wake, n.text)
+        redis.pcall('PEXPIRE', wake, n.ttl)
+      end
+    end
+  end
+end
+
+-- READING THE SEMAPHORE -----------------------------------------------------
+
+local function weights_of(tokens)
+  local total, infos = 0, {}
+  for first = 1, #tokens, BATCH do
+    local values = redis.call('HMGET', K.info, unpack(tokens, first, math.min(first + BATCH - 1, #tokens)))
+    for i, value in ipairs(values) do
+      local info = parse_info(value)
+      infos[first + i - 1] = info
+      total = total + info.weight
+    end
+  end
+  return total, infos
+end
+
+-- The holders as this script finds them: leases that ended are reclaimed (crashed or stalled
+-- holders), their weight goes back to the pool.
+-- `earliest` is the first live deadline (nil: nobody holds a permit).
+local NONE = {}  -- an empty list shared by every call (never written to)
+
+local function read_holders(now)
+  local h = {expired = NONE, freed = 0, earliest = nil, empty = true, capped = 0}
+  local first = redis.call('ZRANGE', K.holders, 0, 0, 'WITHSCORES')
+  if #first == 0 then
+    return h
+  end
+  h.empty = false
+  if tonumber(first[2]) > now then
+    h.earliest = tonumber(first[2])
+    return h
+  end
+  h.expired = redis.call('ZRANGEBYSCORE', K.holders, '-inf', now, 'WITHSCORES')
+  local tokens, deadlines = {}, {}
+  for i = 1, #h.expired, 2 do
+    tokens[#tokens + 1] = h.expired[i]
+    deadlines[#deadlines + 1] = tonumber(h.expired[i + 1])
+  end
+  h.expired = tokens
+  local infos
+  h.freed, infos = weights_of(tokens)
+  for i, info in ipairs(infos) do
+    if info.hold_until > 0 and deadlines[i] >= info.hold_until then
+      h.capped = h.capped + 1
+    end
+  end
+  local next_live = redis.call('ZRANGEBYSCORE', K.holders, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  h.earliest = tonumber(next_live[2])
+  return h
+end
+
+local function drop_holder(token)
+  drop('ZREM', K.holders, token)
+  drop('HDEL', K.info, token)
+end
+
+local function reclaim(st, h)
+  if #h.expired == 0 then
+    return
+  end
+  for _, token in ipairs(h.expired) do
+    drop_holder(token)
+  end
+  count(st, 'expired', #h.expired - h.capped)
+  if h.capped > 0 then
+    count(st, 'max_hold', h.capped)
+  end
+end
+
+-- Waiters this script takes out of the line (dead, granted or leaving): reads of the line skip them.
+local function mark_dead(line, token)
+  if line.dead == NONE then
+    line.dead = {}
+  end
+  line.dead[token] = true
+  line.dead_count = line.dead_count + 1
+end
+
+-- The waiting line: waiters that stopped heartbeating leave it, so a dead process never blocks it
+-- for long. A lapsed waiter (only starved of CPU, perhaps) keeps its ticket for two of its own TTLs
+-- (its claim), in case it comes back. When no script served the line for longer than a waiter's
+-- TTL (`seen_at`: the server stalled in a fork or on a disk, and the heartbeats it was sent wait in
+-- its buffers), a late waiter gets one more TTL instead: a pass, marked by half a millisecond on its
+-- deadline (a heartbeat writes a whole one), so a waiter that really died gets one pass only.
+local function read_line(now, cfg, st, caller)
+  local raw = redis.call('ZCARD', K.queue)
+  local line = {raw = raw, waiting = raw, dead = NONE, dead_count = 0}
+  if raw == 0 then
+    -- Nobody in line. Lapsed waiters who kept their ticket may linger in `alive`: whoever joins next
+    -- judges them, and the line's keys expire with them otherwise.
+    return line
+  end
+  set_state('seen_at', now)
+  local stale = redis.call('ZRANGEBYSCORE', K.alive, '-inf', now, 'WITHSCORES')
+  if #stale == 0 then
+    return line
+  end
+  local seen_at = tonumber(field(st, 'seen_at')) or 0
+  local tokens, deadlines = {}, {}
+  for i = 1, #stale, 2 do
+    tokens[#tokens + 1] = stale[i]
+    deadlines[#deadlines + 1] = tonumber(stale[i + 1])
+  end
+  local ranks, requests = {}, {}
+  for first = 1, #tokens, BATCH do
+    local last = math.min(first + BATCH - 1, #tokens)
+    local batch_ranks = redis.call('ZMSCORE', K.queue, unpack(tokens, first, last))
+    local batch_requests = redis.call('HMGET', K.qweight, unpack(tokens, first, last))
+    for i = 1, last - first + 1 do
+      ranks[first + i - 1] = batch_ranks[i]
+      requests[first + i - 1] = batch_requests[i]
+    end
+  end
+  for i, token in ipairs(tokens) do
+    local request = parse_waiter(requests[i])
+    local own_ttl = request and math.max(math.floor(request.claim / 2), 1) or cfg.waiter_ttl
+    if token == caller then
+      -- The caller itself, late but alive: its own call refreshes its heartbeat.
+      line.self_stale = true
+    elseif ranks[i] and now - seen_at > own_ttl and deadlines[i] % 1 == 0 then
+      add('ZADD', K.alive, 'XX', now + own_ttl + 0.5, token)
+      outlive(now + own_ttl + 1)
+    elseif ranks[i] then
+      mark_dead(line, token)
+      drop('ZREM', K.queue, token)
+      add('ZADD', K.alive, 'XX', now + own_ttl * LAPSED_GRACE_TTLS, token)
+      outlive(now + own_ttl * LAPSED_GRACE_TTLS)
+    else
+      drop('ZREM', K.alive, token)
+      drop('HDEL', K.qweight, token)
+      note(token, nil, 0, false)
+    end
+  end
+  line.waiting = line.waiting - line.dead_count
+  return line
+end
+
+-- `token` leaves the line in this script: later reads of the line skip it.
+local function skip_in_line(line, token)
+  if not line.dead[token] then
+    mark_dead(line, token)
+    line.waiting = line.waiting - 1
+  end
+end
+
+-- The live waiters at the head of the line, in order, with their requests: an iterator over at
+-- most `n` of them, read in chunks as far as the caller goes (a line of thousands costs only what
+-- is walked).
+local function each_head(line, n)
+  local offset, given, buffer, index = 0, 0, {}, 1
+  return function()
+    while given < n do
+      if index <= #buffer then
+        local head = buffer[index]
+        index = index + 1
+        given = given + 1
+        return head
+      end
+      local size = math.min(BATCH, n - given + line.dead_count)
+      local tokens = redis.call('ZRANGE', K.queue, offset, offset + size - 1)
+      if #tokens == 0 then
+        return nil
+      end
+      offset = offset + #tokens
+      local live = {}
+      for _, token in ipairs(tokens) do
+        if not line.dead[token] then
+          live[#live + 1] = token
+        end
+      end
+      buffer, index = {}, 1
+      if #live > 0 then
+        for i, value in ipairs(redis.call('HMGET', K.qweight, unpack(live))) do
+          buffer[i] = {token = live[i], request = parse_waiter(value)}
+        end
+      end
+    end
+    return nil
+  end
+end
+
+-- A fence for a new grant: one above the last or, for a semaphore without one (new, or its keys
+-- were lost or expired), the server clock in microseconds, so fences keep increasing across such
+-- gaps as long as the clock does and grants stay under a thousand per millisecond.
+local function next_fence(last, now)
+  return (tonumber(last) or now * 1000) + 1
+end
+
+-- Grant `weight` permits to `token` (written by commit); returns its fence and lease deadline.
+local function grant(ctx, token, weight, lease_ms, hold_ms, nonce, meta, weight_text)
+  -- A token whose lease ran out in this very script is granted anew: it must not be reclaimed.
+  keep(K.holders, token)
+  keep(K.info, token)
+  local fence = next_fence(ctx.fence, ctx.now)
+  ctx.fence = fence
+  local hold_until = hold_ms > 0 and ctx.now + hold_ms or 0
+  local deadline = ctx.now + lease_ms
+  if hold_until > 0 and deadline > hold_until then
+    deadline = hold_until
+  end
+  if ctx.holders_empty and ctx.granted == 0 then
+    created(K.holders)
+    created(K.info)
+  end
+  add('ZADD', K.holders, deadline, token)
+  add('HSET', K.info, token, info_text(weight_text or tostring(weight), ctx.now_text, fence, nonce, hold_until, meta))
+  ctx.used = ctx.used + weight
+  ctx.granted = ctx.granted + 1
+  outlive(deadline)
+  if not ctx.earliest or deadline < ctx.earliest then
+    ctx.earliest = deadline
+  end
+  return fence, deadline
+end
+
+-- `token` leaves the line (only a waiter known to be in it: the caller's own line entry is checked).
+local function leave_line(line, token)
+  drop('ZREM', K.queue, token)
+  drop('ZREM', K.alive, token)
+  drop('HDEL', K.qweight, token)
+  skip_in_line(line, token)
+end
+
+-- One protocol for freed capacity, whoever frees it (a release, a lease running out, a waiter
+-- leaving, a raised limit). Fair: hand the free permits straight to the waiters at the head of the
+-- line, in order, as far as they fit (a head that does not fit stops the line); each gets a grant
+-- note "G|fence|deadline|now" on its wake list, so it holds the permit without asking again. Its
+-- lease runs its own claim at first: a waiter that died since its last heartbeat holds the permit
+-- only that long. Not fair: wake as many waiters as could fit; they race for the permits.
+-- `ctx.caller` (acquire) is granted in place when its turn comes; returns true then.
+local function serve_line(ctx, line, cfg)
+  local free = ctx.limit - ctx.used
+  if free <= 0 or line.waiting <= 0 then
+    return false
+  end
+  if not cfg.fair then
+    -- A wake-up each for as many as could fit (a thousand at most: the others' timers find out).
+    for head in each_head(line, math.min(free, BATCH)) do
+      if head.token ~= ctx.caller then
+        note(head.token, 'W', cfg.waiter_ttl * 2, true)
+      end
+    end
+    return false
+  end
+  for head in each_head(line, free) do
+    local r = head.request
+    if not r then
+      -- A line entry without its request (edited by hand): drop it rather than block the line.
+      leave_line(line, head.token)
+    elseif r.weight > ctx.limit - ctx.used then
+      return false
+    elseif head.token == ctx.caller then
+      return true
+    else
+      local fence, deadline = grant(ctx, head.token, r.weight, math.min(r.lease, r.claim), r.hold, r.nonce, r.meta,
+                                    r.weight_text)
+      leave_line(line, head.token)
+      note(head.token, 'G|' .. int_text(fence) .. '|' .. int_text(deadline) .. '|' .. ctx.now_text, r.claim,
+           false)
+      count(ctx.st, 'acquired')
+    end
+  end
+  return false
+end
+
+-- `used` is a running sum, kept so capacity is O(1). It is recounted from the holders whenever it
+-- cannot be right (nobody holds a permit, or it is not a whole number), at most once a second when
+-- it turns a caller away, and on every status read.
+local function recount(ctx)
+  if ctx.earliest then
+    ctx.used = weights_of(redis.call('ZRANGEBYSCORE', K.holders, '(' .. ctx.now, '+inf'))
+  else
+    ctx.used = 0
+  end
+end
+
+-- The acquire script's periodic recount (a caller about to be turned away).
+local function audit(ctx)
+  if ctx.now - (tonumber(field(ctx.st, 'audited_at')) or 0) >= AUDIT_EVERY_MS then
+    recount(ctx)
+    set_state('audited_at', ctx.now)
+  end
+end
+
+-- Utilisation history for the dashboard: at most one sample per `every` ms, carrying the peak use
+-- since the previous sample (so short bursts show), capped at `keep` samples.
+local function sample(ctx, cfg, waiting)
+  if cfg.every <= 0 then
+    return nil
+  end
+  local st = ctx.st
+  local old_peak = tonumber(st.peak)
+  local peak = math.max(old_peak or 0, ctx.used)
+  if ctx.now - (tonumber(st.sampled_at) or 0) >= cfg.every then
+    local text = ctx.now_text .. '|' .. peak .. '|' .. waiting
+    add('RPUSH', K.history, text)
+    add('LTRIM', K.history, -cfg.keep, -1)
+    set_state('sampled_at', ctx.now)
+    set_state('peak', ctx.used)
+    return text
+  elseif peak ~= old_peak then
+    set_state('peak', peak)
+  end
+  return nil
+end
+
+-- When a permit is likely to come free (Retry-After): the sooner of the earliest lease end and the
+-- typical hold (a moving average of recent holds, or one waiter TTL before any hold was seen).
+-- With renewal on, leases run far ahead of the work, so the lease alone would say "much later".
+local function expected_free_ms(ctx, cfg)
+  local typical = tonumber(ctx.st.hold_avg) or cfg.waiter_ttl
+  if not ctx.earliest then
+    return typical
+  end
+  return math.min(math.max(ctx.earliest - ctx.now, 0), typical)
+end
+
+-- The state every script starts from; `used` that is not a whole number (edited by hand, or
+-- written by an old bug) is recounted at once.
+local function context(st, cfg, now, now_text, h, caller)
+  local used = tonumber(st.used)
+  local ctx = {st = st, now = now, now_text = now_text, used_before = used or 0,
+               limit = tonumber(st.limit) or cfg.limit, fence = st.fence,
+               used = math.max((used or 0) - h.freed, 0), earliest = h.earliest, holders_empty = h.empty,
+               granted = 0, caller = caller}
+  if not ctx.earliest or (st.used and (not used or used < 0 or used ~= math.floor(used))) then
+    recount(ctx)
+  end
+  return ctx
+end
+
+-- Record `used` and the fence once the script has decided.
+local function settle(ctx)
+  if ctx.used ~= ctx.used_before then
+    set_state('used', ctx.used)
+  end
+  if ctx.granted > 0 then
+    set_state('fence', ctx.fence)
+  end
+end

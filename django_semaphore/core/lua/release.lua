@@ -1,0 +1,54 @@
+-- Give back the permits held by `token` and serve the waiting line with them.
+-- Idempotent: releasing twice, or after the lease ran out, returns 0.
+--
+-- KEYS[1..7] the semaphore (see common.lua)
+-- ARGV[1] the semaphore's configuration (see common.lua)
+-- ARGV[2] token of the holder
+-- ARGV[3] nonce, or '': only a grant made for the call that carried this nonce goes back (the
+--         clean-up of an acquire whose reply never came, which must not take a permit another
+--         call holds under the same identity)
+-- ARGV[4] fence, or '': only the grant with this fence goes back (a release retried after its
+--         reply was lost, which must not take a later grant under the same identity)
+-- With either, the caller is unsure what the token holds: nothing is counted as refused or lost.
+--
+-- Reply: 1 if the lease was still held (and is given back now), else 0.
+local cfg = read_config(ARGV[1])
+local token = ARGV[2] or ''
+local nonce = ARGV[3] or ''
+local fence = ARGV[4] or ''
+local unsure = nonce ~= '' or fence ~= ''
+
+local now, now_text = server_now_ms()
+local st = read_state()
+local score = redis.call('ZSCORE', K.holders, token)
+local info = score and parse_info(redis.call('HGET', K.info, token))
+local h = read_holders(now)
+local line = read_line(now, cfg, st, nil)
+local ctx = context(st, cfg, now, now_text, h, nil)
+reclaim(st, h)
+
+local released = 0
+if not score then
+  if not unsure then
+    count(st, 'refused')
+  end
+elseif tonumber(score) <= now then
+  -- Its lease ran out before this release: reclaimed above.
+  if not unsure then
+    count(st, 'lost')
+  end
+elseif (nonce == '' or info.nonce == nonce) and (fence == '' or info.fence == fence) then
+  drop_holder(token)
+  ctx.used = math.max(ctx.used - info.weight, 0)
+  -- Moving average of hold times (1/8 weight per hold), for Retry-After.
+  local held_for = math.max(now - info.acquired, 0)
+  local hold_avg = tonumber(st.hold_avg) or held_for
+  set_state('hold_avg', math.floor(hold_avg + (held_for - hold_avg) / 8))
+  count(st, 'released')
+  released = 1
+end
+serve_line(ctx, line, cfg)
+sample(ctx, cfg, line.waiting)
+settle(ctx)
+commit(st, cfg, now)
+return released

@@ -1,0 +1,280 @@
+"""A held permit: the proof of ownership that release and renew need."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import signals
+from . import backend
+from .calls import Calls
+from .conf import MAX_SECONDS
+from .renewal import renewer
+from .results import RenewReply, SemaphoreStatus
+
+logger = logging.getLogger("django_semaphore.permits")
+
+# Holders ``is_held`` reads at first; more only when the semaphore has more and this one was not among them.
+HOLDERS_LISTED = 1000
+
+
+def _positive_seconds(value: object, name: str) -> float:
+    """A duration as ``acquire`` takes one: a finite number of seconds above 0, ten years at most."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}.")
+    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
+        raise ValueError(f"{name} must be a finite number of seconds > 0 (ten years at most), not {value!r}.")
+    return float(value)
+
+
+class Permit:
+    """``weight`` permits of one semaphore, owned through ``token``.
+
+    ``fence`` strictly increases with every grant of the semaphore: hand it
+    to the resource you protect so it can refuse a holder whose lease ran out
+    while it was paused (see README, "Fencing tokens").
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        partition: str | None,
+        calls: Calls,
+        token: str,
+        fence: int,
+        weight: int,
+        lease: float,
+        lease_deadline_ms: int,
+        expires_at: float,
+        on_lost: Callable[[Permit], Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.partition = partition
+        self.token = token
+        self.fence = fence
+        self.weight = weight
+        self.lease = lease
+        self.lease_deadline_ms = lease_deadline_ms
+        # When the lease ends at the earliest, on this process's monotonic clock.
+        self.expires_at = expires_at
+        self.on_lost = on_lost
+        self.acquired_at = time.monotonic()
+        self.released = False
+        self.lost = False
+        # The lease reached the max hold: no renewal extends it any more.
+        self.final = False
+        self._calls = calls
+        # Set before the release script runs, so a renewal racing with it
+        # (and finding the token gone) is not mistaken for a lost lease.
+        self._releasing = False
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else "lost" if self.lost else "held"
+        return f"<Permit {self.name} {self.token[:8]} fence={self.fence} {state}>"
+
+    @property
+    def held(self) -> bool:
+        """True until released or found lost (the server may have reclaimed it since)."""
+        return not (self.released or self.lost)
+
+    def renew(self, lease: float | None = None) -> bool:
+        """Restart the lease: it now ends ``lease`` seconds from now; False (and marked lost) if it was gone.
+
+        ``lease`` (default: the permit's own) becomes the permit's lease, so
+        the background renewal keeps using it. The server never moves a
+        deadline earlier, so a shorter lease shows from the renewal after
+        the current deadline has come closer than it.
+        """
+        if not self.held:
+            return False
+        lease_ms = self._lease_ms(lease)
+        sent = time.monotonic()
+        reply = backend.run(self._calls.renew(self.token, lease_ms), self.name, self.partition)
+        return self._renewed(RenewReply.parse(reply), sent, lease_ms)
+
+    async def arenew(self, lease: float | None = None) -> bool:
+        if not self.held:
+            return False
+        lease_ms = self._lease_ms(lease)
+        sent = time.monotonic()
+        reply = await backend.arun(self._calls.renew(self.token, lease_ms), self.name, self.partition)
+        return self._renewed(RenewReply.parse(reply), sent, lease_ms)
+
+    def release(self) -> bool:
+        """Give the permit back; False if the lease had already been lost. Idempotent.
+
+        If Redis cannot be reached, ``BackendUnavailable`` is raised and the
+        release is retried in the background until Redis answers.
+        """
+        if self.released:
+            return False
+        self._start_release()
+        try:
+            was_held = backend.run(self._calls.release(self.token), self.name, self.partition)
+        except BaseException:
+            self._settle_later()
+            raise
+        return self._released(bool(was_held))
+
+    async def arelease(self) -> bool:
+        if self.released:
+            return False
+        self._start_release()
+        try:
+            was_held = await backend.arun(self._calls.release(self.token), self.name, self.partition)
+        except BaseException:
+            self._settle_later()
+            raise
+        return self._released(bool(was_held))
+
+    def next_renewal(self) -> float:
+        """When the background renewal should next extend this lease (monotonic clock)."""
+        if self.final:
+            return self.expires_at
+        return min(time.monotonic() + self.lease / 3, self.expires_at - self.lease / 3)
+
+    def __enter__(self) -> Permit:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    async def __aenter__(self) -> Permit:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.arelease()
+
+    def _renewed(self, reply: RenewReply, sent: float, lease_ms: int) -> bool:
+        if not reply.held:
+            self.mark_lost()
+            return False
+        self.lease_deadline_ms = reply.lease_deadline_ms
+        self.expires_at = sent + (reply.lease_deadline_ms - reply.now_ms) / 1000
+        self.final = reply.final
+        if lease_ms != round(self.lease * 1000):
+            self.lease = lease_ms / 1000
+            renewer.reschedule(self)
+        return True
+
+    # -- the API of redis-py's Lock and Redisson's permits (issue 15) -------
+
+    def _lease_ms(self, lease: float | None) -> int:
+        """A lease in ms as the renew script takes it, checked as ``acquire`` checks one."""
+        if lease is None:
+            return max(round(self.lease * 1000), 1)
+        return max(round(_positive_seconds(lease, "lease") * 1000), 1)
+
+    def _extended_ms(self, seconds: float) -> int:
+        """What is left of the lease (as this process knows it, at the earliest) plus ``seconds``."""
+        left = max(self.expires_at - time.monotonic(), 0.0)
+        return max(round((left + _positive_seconds(seconds, "seconds")) * 1000), 1)
+
+    def extend(self, seconds: float) -> bool:
+        """Add ``seconds`` to what is left of the lease, once (redis-py's ``Lock.extend``).
+
+        The lease length for later renewals stays as it was; ``renew(lease=...)``
+        changes it. False (and marked lost) if the permit was gone.
+        """
+        if not self.held:
+            return False
+        sent = time.monotonic()
+        reply = backend.run(self._calls.renew(self.token, self._extended_ms(seconds)), self.name, self.partition)
+        return self._renewed(RenewReply.parse(reply), sent, round(self.lease * 1000))
+
+    async def aextend(self, seconds: float) -> bool:
+        if not self.held:
+            return False
+        sent = time.monotonic()
+        call = self._calls.renew(self.token, self._extended_ms(seconds))
+        reply = await backend.arun(call, self.name, self.partition)
+        return self._renewed(RenewReply.parse(reply), sent, round(self.lease * 1000))
+
+    def is_held(self) -> bool:
+        """Ask the server whether this permit is still held (``held`` is only what this process last saw).
+
+        An operator's force release, or a lease that ran out while this
+        process was stalled, shows here at once; the permit is then marked lost.
+        """
+        if not self.held:
+            return False
+        status = self._status(HOLDERS_LISTED)
+        if not self._listed(status) and status.holder_count > len(status.holders):
+            status = self._status(status.holder_count)
+        return self._confirmed(status)
+
+    async def ais_held(self) -> bool:
+        if not self.held:
+            return False
+        status = await self._astatus(HOLDERS_LISTED)
+        if not self._listed(status) and status.holder_count > len(status.holders):
+            status = await self._astatus(status.holder_count)
+        return self._confirmed(status)
+
+    def stop_renewal(self) -> None:
+        """Keep the permit but stop renewing it in the background: it ends with its lease unless renewed by hand.
+
+        For work that should hold the permit only for a bounded time from
+        now on, whatever this process's renewal thread would do.
+        """
+        renewer.forget(self)
+
+    def _status(self, listed: int) -> SemaphoreStatus:
+        reply = backend.run(self._calls.status(listed, False), self.name, self.partition)
+        return SemaphoreStatus.parse(self.name, self.partition, 0, reply)
+
+    async def _astatus(self, listed: int) -> SemaphoreStatus:
+        reply = await backend.arun(self._calls.status(listed, False), self.name, self.partition)
+        return SemaphoreStatus.parse(self.name, self.partition, 0, reply)
+
+    def _listed(self, status: SemaphoreStatus) -> bool:
+        return any(holder.token == self.token for holder in status.holders)
+
+    def _confirmed(self, status: SemaphoreStatus) -> bool:
+        if self._listed(status):
+            return True
+        self.mark_lost()
+        return False
+
+    def _start_release(self) -> None:
+        self._releasing = True
+        renewer.forget(self)
+
+    def _settle_later(self) -> None:
+        """The release's outcome is unknown (an outage, an interruption): give the permit back once Redis answers."""
+        self.released = True
+        renewer.reconcile(self._calls.release(self.token, fence=self.fence), within=self.lease)
+
+    def _released(self, was_held: bool) -> bool:
+        self.released = True
+        signals.emit(
+            signals.semaphore_released,
+            name=self.name,
+            partition=self.partition,
+            token=self.token,
+            held_for=time.monotonic() - self.acquired_at,
+            was_held=was_held,
+        )
+        return was_held
+
+    def mark_lost(self, reason: str = "expired") -> None:
+        """Record that the lease is gone: stop renewing, tell the owner, fire the signal.
+
+        ``reason`` is "expired" (a renewal found the lease gone) or "max_hold"
+        (the permit was held as long as its semaphore's ``max_hold`` allows).
+        ``on_lost`` runs on the renewal thread, which serves every permit of
+        the process: keep it quick (set a flag, cancel a task).
+        """
+        if self.lost or self.released or self._releasing:
+            return
+        self.lost = True
+        renewer.forget(self)
+        if reason == "max_hold":
+            logger.warning("%r was held for its whole max_hold and is now lost.", self)
+        signals.emit(signals.semaphore_lost, name=self.name, partition=self.partition, token=self.token, reason=reason)
+        if self.on_lost is not None:
+            self.on_lost(self)

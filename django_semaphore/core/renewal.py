@@ -1,0 +1,193 @@
+"""One background thread per process: it keeps held permits' leases alive, and
+settles calls whose outcome Redis never confirmed.
+
+**Renewal.** A permit is renewed every third of its lease, so a single slow or
+failed renewal still leaves time for another before the server reclaims it. A
+renewal that finds the lease gone marks the permit lost and never re-acquires:
+someone else may hold that permit by now. A permit that reached its max hold
+is not renewed past it, and is marked lost when its last lease ends.
+
+**Reconciliation.** An acquire or release that timed out or lost its
+connection may still run in Redis (a hung server runs what it buffered when it
+resumes), or may never have run. Either way a permit could be left held by
+nobody until its lease ends, which for a long lease means minutes of
+turned-away requests. Such a call's clean-up (leave the line and give back
+what that call was granted; or the release itself) is retried here until Redis
+answers, so capacity comes back within moments of Redis doing so.
+
+Permits taken on the asyncio path are served here too, through the sync
+client: one worker per process, whatever mix of sync and async code it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..exceptions import BackendUnavailable
+
+if TYPE_CHECKING:
+    from .calls import ScriptCall
+    from .permit import Permit
+
+logger = logging.getLogger("django_semaphore.renewal")
+
+# After a failed round (Redis unreachable), try again this soon: the lease
+# still has two thirds of its time left.
+RETRY_AFTER_ERROR = 0.5
+# Clean-ups kept at most; beyond, the oldest is dropped (its lease or heartbeat ends it).
+MAX_PENDING = 10_000
+# The thread looks at least this often (seconds), even with nothing due: a permit whose first
+# renewal is due later than that (any lease of 3 s or more) is then tracked without waking it, so
+# a request's permit does not pay a thread switch (and the GIL changing hands) on the way in.
+LOOK_EVERY = 1.0
+
+
+@dataclass
+class Settlement:
+    """A clean-up to run once Redis answers again; pointless after ``give_up_at``."""
+
+    call: ScriptCall
+    give_up_at: float
+    next_try: float
+
+
+class Background:
+    def __init__(self) -> None:
+        self._reset()
+        # A forked child (gunicorn --preload, Celery prefork) must not inherit
+        # a lock that was held at fork time, nor renew its parent's permits.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        # Weak: a permit its owner dropped without releasing is no longer
+        # renewed, so the server reclaims it when its lease ends.
+        self._due: weakref.WeakKeyDictionary[Permit, float] = weakref.WeakKeyDictionary()
+        self._pending: deque[Settlement] = deque()
+        self._wakeup = threading.Condition()
+        self._thread: threading.Thread | None = None
+        # When the thread will next look on its own (within LOOK_EVERY); waking
+        # it earlier is only needed for work due before then (rare: leases are
+        # alike), which keeps short-lived permits from paying a thread switch each.
+        self._asleep_until = 0.0
+
+    # -- renewal ----------------------------------------------------------
+
+    def track(self, permit: Permit, *, soon: bool = False) -> None:
+        """Renew ``permit`` every third of its lease (``soon``: first at once)."""
+        self._schedule(permit, time.monotonic() if soon else permit.next_renewal())
+
+    def reschedule(self, permit: Permit) -> None:
+        """Its lease length changed: renew on the new schedule, if this thread renews it at all."""
+        with self._wakeup:  # reentrant: _schedule takes it too, and a forget() cannot slip in between
+            if permit in self._due:
+                self._schedule(permit, permit.next_renewal())
+
+    def forget(self, permit: Permit) -> None:
+        with self._wakeup:
+            self._due.pop(permit, None)
+
+    def _schedule(self, permit: Permit, at: float) -> None:
+        with self._wakeup:
+            self._due[permit] = at
+            self._ensure_thread()
+            if at < self._asleep_until:
+                self._wakeup.notify()
+
+    # -- reconciliation ---------------------------------------------------
+
+    def reconcile(self, call: ScriptCall, within: float) -> None:
+        """Run ``call`` once Redis answers, retrying for at most ``within`` seconds."""
+        now = time.monotonic()
+        with self._wakeup:
+            if len(self._pending) >= MAX_PENDING:
+                dropped = self._pending.popleft()
+                logger.warning("Too many unsettled calls; dropping %s (its lease or heartbeat ends it)", dropped.call)
+            self._pending.append(Settlement(call, now + within, now + RETRY_AFTER_ERROR))
+            self._ensure_thread()
+            if now + RETRY_AFTER_ERROR < self._asleep_until:
+                self._wakeup.notify()
+
+    def pending(self) -> int:
+        """Clean-ups still waiting for Redis (for tests and metrics)."""
+        with self._wakeup:
+            return len(self._pending)
+
+    # -- the thread -------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="django-semaphore-renewer", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._wakeup:
+                now = time.monotonic()
+                due = [p for p, at in list(self._due.items()) if at <= now]
+                settle = bool(self._pending) and self._pending[0].next_try <= now
+                if not due and not settle:
+                    wake_at = min([*self._due.values(), *(s.next_try for s in self._pending)], default=now + LOOK_EVERY)
+                    self._asleep_until = min(max(wake_at, now + 0.01), now + LOOK_EVERY)
+                    self._wakeup.wait(timeout=self._asleep_until - now)
+                    self._asleep_until = 0.0
+                    continue
+            self._renew(due)
+            if settle:
+                self._settle()
+
+    def _renew(self, due: list[Permit]) -> None:
+        for permit in due:
+            if permit.final and time.monotonic() >= permit.expires_at:
+                permit.mark_lost(reason="max_hold")
+                continue
+            try:
+                renewed = permit.renew()
+            except BackendUnavailable as exc:
+                logger.warning("Could not renew %r: %s", permit, exc)
+                next_at = time.monotonic() + RETRY_AFTER_ERROR
+            except Exception:  # a bug must not kill the thread that guards every permit
+                logger.exception("Renewing %r failed", permit)
+                next_at = time.monotonic() + RETRY_AFTER_ERROR
+            else:
+                if not renewed:
+                    continue
+                next_at = permit.next_renewal()
+            with self._wakeup:
+                if permit in self._due:
+                    self._due[permit] = next_at
+
+    def _settle(self) -> None:
+        """Run the due clean-ups in order; the first outage postpones the rest (they would fail too)."""
+        from . import scripts
+        from .connection import get_client
+        from .errors import is_outage
+
+        while True:
+            now = time.monotonic()
+            with self._wakeup:
+                if not self._pending or self._pending[0].next_try > now:
+                    return
+                job = self._pending.popleft()
+            if now > job.give_up_at:
+                continue
+            try:
+                scripts.run(get_client(), job.call)
+            except Exception as exc:
+                if not is_outage(exc):  # a bug must not kill the thread that guards every permit
+                    logger.exception("Settling %s failed", job.call)
+                    continue
+                with self._wakeup:
+                    self._pending.appendleft(job)
+                    for waiting in self._pending:
+                        waiting.next_try = now + RETRY_AFTER_ERROR
+                return
+
+
+renewer = Background()

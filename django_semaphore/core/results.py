@@ -1,0 +1,196 @@
+"""Typed views of what the scripts reply, so callers never index raw lists."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+# The acquire script's reply codes (see core/lua/acquire.lua).
+GRANTED, RENEWED, QUEUED, FULL, TOO_HEAVY, TOO_LATE, OTHER_WEIGHT = 1, 2, 3, 0, -1, -2, -3
+# Granted by a release while waiting (a note on the wake list), on the waiter's own claim.
+HANDED = 4
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def retry_after_seconds(expected_free_ms: int) -> int:
+    """Whole seconds a turned-away client should wait: at least 1, since none is free now."""
+    return max(1, math.ceil(expected_free_ms / 1000))
+
+
+@dataclass(frozen=True)
+class AcquireReply:
+    """What one acquire ended with (a script's reply, or a grant handed over while waiting)."""
+
+    code: int
+    fence: int
+    lease_deadline_ms: int
+    used: int
+    limit: int
+    waiting: int
+    position: int
+    nearest_expiry_ms: int
+    expected_free_ms: int
+    now_ms: int
+    waited: float = 0.0
+    # When the request that read `now_ms` was sent (monotonic clock): with the
+    # two, the lease's end is known on this process's clock, conservatively.
+    sent_at: float = 0.0
+
+    @classmethod
+    def parse(cls, reply: list[int], sent_at: float) -> AcquireReply:
+        # A grant's reply stops after now_ms: the rest only matters to a caller turned away or waiting.
+        code, fence, deadline, used, limit, waiting, now, *rest = reply
+        position, nearest, expected = rest or (0, 0, 0)
+        return cls(code, fence, deadline, used, limit, waiting, position, nearest, expected, now, sent_at=sent_at)
+
+    @property
+    def expires_at(self) -> float:
+        """The earliest moment, on this process's monotonic clock, that the lease granted may end."""
+        return self.sent_at + (self.lease_deadline_ms - self.now_ms) / 1000
+
+    def handed(self, grant: Grant) -> AcquireReply:
+        return replace(self, code=HANDED, fence=grant.fence, lease_deadline_ms=grant.lease_deadline_ms, position=0)
+
+    @property
+    def granted(self) -> bool:
+        return self.code in (GRANTED, RENEWED, HANDED)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A permit a release handed to a waiter: the note "G|fence|deadline|granted_at" on its wake list."""
+
+    fence: int
+    lease_deadline_ms: int
+    granted_at_ms: int
+
+    @classmethod
+    def parse(cls, note: Any) -> Grant | None:
+        """The grant in a wake note; None for a plain wake-up ("W") or the caller's own unblock ("X")."""
+        text = _text(note)
+        if not text.startswith("G|"):
+            return None
+        _, fence, deadline, granted_at = text.split("|")
+        return cls(int(fence), int(deadline), int(granted_at))
+
+
+@dataclass(frozen=True)
+class RenewReply:
+    """The renew script's answer: 1 renewed, 2 renewed up to the max hold (final), 0 not held."""
+
+    status: int
+    lease_deadline_ms: int
+    now_ms: int
+
+    @classmethod
+    def parse(cls, reply: list[int]) -> RenewReply:
+        status, deadline, now = reply
+        return cls(status, deadline, now)
+
+    @property
+    def held(self) -> bool:
+        return self.status > 0
+
+    @property
+    def final(self) -> bool:
+        """The lease reached the permit's max hold: it ends for good at ``lease_deadline_ms``."""
+        return self.status == 2
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One current holder as ``status()`` sees it (times in server ms)."""
+
+    token: str
+    weight: int
+    fence: int
+    acquired_at_ms: int
+    lease_deadline_ms: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, token: Any, deadline: Any, info: Any) -> Holder:
+        # "weight|acquired_ms|fence|nonce|hold_until_ms|metadata" (core/lua/common.lua)
+        parts = _text(info).split("|", 5) if info else []
+        weight, acquired, fence, _nonce, _hold_until, meta = parts if len(parts) == 6 else ["1", "0", "0", "", "0", ""]
+        try:
+            metadata = json.loads(meta) if meta else {}
+        except ValueError:
+            metadata = {"raw": meta}
+        return cls(
+            _text(token),
+            int(weight),
+            int(fence),
+            int(acquired),
+            int(float(deadline)),
+            metadata if isinstance(metadata, dict) else {"raw": metadata},
+        )
+
+    @property
+    def token_prefix(self) -> str:
+        return self.token[:8]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Peak permits in use since the previous sample, and the line at sample time."""
+
+    at_ms: int
+    peak_used: int
+    waiting: int
+
+    @classmethod
+    def parse(cls, raw: Any) -> Sample:
+        at, peak, waiting = _text(raw).split("|")
+        return cls(int(at), int(peak), int(waiting))
+
+
+COUNTERS = ("acquired", "rejected", "released", "expired", "lost", "forced", "refused", "max_hold")
+
+
+@dataclass(frozen=True)
+class SemaphoreStatus:
+    """A consistent snapshot of one semaphore partition."""
+
+    name: str
+    partition: str | None
+    limit: int
+    configured_limit: int
+    override: int | None
+    used: int
+    holder_count: int
+    waiting: int
+    fence: int
+    counters: dict[str, int]
+    holders: list[Holder]
+    now_ms: int
+    history: list[Sample] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, name: str, partition: str | None, configured: int, reply: list[Any]) -> SemaphoreStatus:
+        now, limit, flat, holder_count, waiting, listed, samples = reply
+        state = {_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+        holders = [Holder.parse(*listed[i : i + 3]) for i in range(0, len(listed), 3)]
+        return cls(
+            name=name,
+            partition=partition,
+            limit=int(limit),
+            configured_limit=configured,
+            override=state.get("limit"),
+            used=state.get("used", 0),
+            holder_count=int(holder_count),
+            waiting=int(waiting),
+            fence=state.get("fence", 0),
+            counters={c: state.get(c, 0) for c in COUNTERS},
+            holders=holders,
+            now_ms=int(now),
+            history=[Sample.parse(sample) for sample in samples],
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,1 @@
+"""The admin dashboard: the operator's pages for live semaphore state."""

@@ -1,0 +1,249 @@
+"""``@limit(name)``: a semaphore around any function, wherever it runs.
+
+The view decorator answers a full semaphore with a 503. A function called from
+a task, a management command or a script has no response to give, so here a
+full semaphore raises ``SemaphoreFull`` (with ``retry_after``) for its caller
+to handle. The permits are the same ones the views take: "at most 3 calls to
+the supplier" holds across web processes, workers and scripts together.
+
+Nothing here imports ``django.http``: ``django_semaphore.celery`` builds on
+``Guard`` for tasks, and a worker never loads the web layer for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from . import failure
+from .core.keys import check_name
+from .core.permit import Permit
+from .core.semaphore import Attempt, Semaphore, get_semaphore
+from .exceptions import BackendUnavailable, SemaphoreFull
+from .safe_text import for_log
+
+logger = logging.getLogger("django_semaphore.guards")
+
+F = TypeVar("F", bound=Callable[..., Any])
+KeyFunction = Callable[..., Any]
+
+# A key function's value is namespaced as a view's key function's is (request_keys uses this too):
+# a view and a function keyed by the same value share a partition, and no value passes for
+# another kind's, such as a view's "user:42".
+CUSTOM = "custom:"
+
+
+def give_back(permit: Permit | None) -> None:
+    """Release; an outage only logs, since the release is retried in the background (or the lease ends it).
+
+    Raising would replace what the guarded work returned or raised with an
+    error about bookkeeping that already has a fallback.
+    """
+    if permit is None:
+        return
+    try:
+        permit.release()
+    except BackendUnavailable as exc:
+        logger.warning("Could not release %r; its lease will end it: %s", permit, exc)
+
+
+async def agive_back(permit: Permit | None) -> None:
+    if permit is None:
+        return
+    try:
+        await permit.arelease()
+    except BackendUnavailable as exc:
+        logger.warning("Could not release %r; its lease will end it: %s", permit, exc)
+
+
+def full(sem: Semaphore, attempt: Attempt) -> SemaphoreFull:
+    return SemaphoreFull(
+        sem.name,
+        sem.partition,
+        attempt.retry_after,
+        used=attempt.used,
+        limit=attempt.limit,
+        waiting=attempt.waiting,
+    )
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What one decorated function takes: which semaphore, keyed how, waiting how long.
+
+    ``acquire`` returns the permit, or None when the call runs unguarded (its
+    key function said "not limited", or Redis failed under ``on_error:
+    "allow"``); it raises ``SemaphoreFull`` when no permit came, and
+    ``BackendUnavailable`` when Redis failed under ``on_error: "deny"``.
+    """
+
+    name: str
+    key: KeyFunction | None = None
+    wait: float | None = None
+    weight: int | None = None
+    lease: float | None = None
+
+    def semaphore(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Semaphore | None:
+        """The semaphore (or partition) this call takes; None when the key function returned None or ""."""
+        whole = get_semaphore(self.name)
+        keyed = whole.config.key is not None
+        if self.key is None:
+            if keyed:
+                # Its holders would sit outside every partition, where no operator's page looks.
+                raise ValueError(
+                    f"Semaphore {self.name!r} is keyed: give key=, a function of the call's arguments "
+                    "that returns the partition."
+                )
+            return whole
+        if not keyed:
+            raise ValueError(
+                f"Semaphore {self.name!r} is not keyed, so key= has no partition to pick: declare a 'key' "
+                "for it in settings.SEMAPHORES, or drop key=."
+            )
+        value = self.key(*args, **kwargs)
+        if inspect.isawaitable(value):
+            getattr(value, "close", lambda: None)()
+            raise TypeError(f"The key function of {self.name!r} must return a value, not an awaitable.")
+        if value is None or value == "":
+            return None
+        return get_semaphore(self.name, f"{CUSTOM}{value}")
+
+    def _options(self, label: str, metadata: dict[str, Any] | None) -> dict[str, Any]:
+        return {"wait": self.wait, "weight": self.weight, "lease": self.lease, "label": label, "metadata": metadata}
+
+    def acquire(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], label: str, metadata: dict[str, Any] | None = None
+    ) -> Permit | None:
+        sem = self.semaphore(args, kwargs)
+        if sem is None:
+            return None
+        try:
+            attempt = sem.attempt(**self._options(label, metadata))
+        except BackendUnavailable as error:
+            return _unguarded(sem, error, label)
+        if attempt.permit is None:
+            raise full(sem, attempt)
+        return attempt.permit
+
+    async def aacquire(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], label: str, metadata: dict[str, Any] | None = None
+    ) -> Permit | None:
+        sem = self.semaphore(args, kwargs)
+        if sem is None:
+            return None
+        try:
+            attempt = await sem.aattempt(**self._options(label, metadata))
+        except BackendUnavailable as error:
+            return _unguarded(sem, error, label)
+        if attempt.permit is None:
+            raise full(sem, attempt)
+        return attempt.permit
+
+
+def _unguarded(sem: Semaphore, error: BackendUnavailable, label: str) -> None:
+    """The semaphore's failure policy, as for requests: "allow" runs the call unguarded, "deny" raises."""
+    chosen = failure.policy(sem)
+    logger.warning(
+        "Redis unavailable for semaphore %r; on_error=%r %s %s: %s",
+        sem.name,
+        chosen,
+        "runs unguarded" if chosen == failure.ALLOW else "refuses",
+        for_log(label),  # a task's id comes from its message
+        error,
+    )
+    if chosen != failure.ALLOW:
+        raise error
+
+
+def limit(
+    name: str,
+    *,
+    key: KeyFunction | None = None,
+    wait: float | None = None,
+    weight: int | None = None,
+    lease: float | None = None,
+    label: str | None = None,
+) -> Callable[[F], F]:
+    """Run the decorated function only while holding a permit of the semaphore ``name``.
+
+    Works on plain functions, ``async def`` (on the asyncio client),
+    generators and async generators (which hold the permit from their first
+    item until exhausted or closed). ``key`` is called with the call's own
+    arguments and returns the partition of a keyed semaphore (None: run
+    unguarded); ``wait``, ``weight`` and ``lease`` default to the
+    semaphore's settings; holders are labelled with the function's module
+    and qualified name unless ``label`` says otherwise. When no permit comes
+    within ``wait``, ``SemaphoreFull`` is raised (``retry_after`` says when
+    to try again; a paused semaphore's is ``PAUSED_RETRY_AFTER``).
+    """
+    check_name(name)
+    if key is not None and not callable(key):
+        raise TypeError(f"key must be a function of the call's arguments, not {type(key).__name__}.")
+    guard = Guard(name, key, wait, weight, lease)
+
+    def decorator(func: F) -> F:
+        shown = label or f"{func.__module__}.{func.__qualname__}"
+        if inspect.isasyncgenfunction(func):
+            wrapper = _async_generator(guard, func, shown)
+        elif inspect.iscoroutinefunction(func):
+            wrapper = _coroutine(guard, func, shown)
+        elif inspect.isgeneratorfunction(func):
+            wrapper = _generator(guard, func, shown)
+        else:
+            wrapper = _function(guard, func, shown)
+        return functools.wraps(func)(wrapper)  # type: ignore[return-value]
+
+    return decorator
+
+
+def _function(guard: Guard, func: Callable[..., Any], label: str) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        permit = guard.acquire(args, kwargs, label)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            give_back(permit)
+
+    return call
+
+
+def _coroutine(guard: Guard, func: Callable[..., Any], label: str) -> Callable[..., Any]:
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        permit = await guard.aacquire(args, kwargs, label)
+        try:
+            return await func(*args, **kwargs)
+        finally:
+            await agive_back(permit)
+
+    return call
+
+
+def _generator(guard: Guard, func: Callable[..., Any], label: str) -> Callable[..., Iterator[Any]]:
+    def call(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        # Runs at the first next(), as the generator itself would; close() or the garbage
+        # collector's finalisation ends the `yield from` with GeneratorExit, releasing the permit.
+        permit = guard.acquire(args, kwargs, label)
+        try:
+            return (yield from func(*args, **kwargs))
+        finally:
+            give_back(permit)
+
+    return call
+
+
+def _async_generator(guard: Guard, func: Callable[..., Any], label: str) -> Callable[..., AsyncIterator[Any]]:
+    async def call(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        permit = await guard.aacquire(args, kwargs, label)
+        try:
+            async with aclosing(func(*args, **kwargs)) as items:
+                async for item in items:
+                    yield item
+        finally:
+            await agive_back(permit)
+
+    return call

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: servers, load, workers, test views and URLconfs."""

@@ -1,0 +1,186 @@
+"""Code that runs in the OS processes the contention tests spawn."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+
+def setup(prefix: str, skew: float = 0.0) -> None:
+    """Configure Django in a fresh process; optionally skew its wall clock."""
+    os.environ["SEMAPHORE_KEY_PREFIX"] = prefix
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    if skew:
+        real_time = time.time
+        time.time = lambda: real_time() + skew  # type: ignore[assignment]
+    import django
+
+    django.setup()
+
+
+def hammer(prefix: str, limit: int, duration: float, skew: float, seed: int) -> None:
+    """Acquire, count ourselves inside, hold briefly, leave; as fast as possible."""
+    setup(prefix, skew)
+    import redis
+    from django.conf import settings
+
+    from django_semaphore import Semaphore
+    from django_semaphore.core.conf import SemaphoreConfig
+
+    rng = random.Random(seed)
+    sem = Semaphore(SemaphoreConfig.from_options("contended", {"limit": limit, "lease": 10}))
+    counter = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    inside, entries, over = prefix + "inside", prefix + "entries", prefix + "over"
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        permit = sem.acquire(wait=rng.choice([0, 0, 0.2]), weight=1)
+        if permit is None:
+            continue
+        if counter.incr(inside) > limit:
+            counter.incr(over)
+        counter.incr(entries)
+        time.sleep(rng.uniform(0, 0.002))
+        counter.decr(inside)
+        permit.release()
+
+
+def hold_forever(prefix: str, name: str, limit: int, lease: float, wait: float) -> None:
+    """Acquire one permit (waiting if need be) and keep it until killed."""
+    setup(prefix)
+    from django_semaphore import Semaphore
+    from django_semaphore.core.conf import SemaphoreConfig
+
+    sem = Semaphore(SemaphoreConfig.from_options(name, {"limit": limit, "lease": lease}))
+    permit = sem.acquire(wait=wait, label=f"worker {os.getpid()}")
+    if permit is None:
+        return
+    while True:
+        time.sleep(1)
+
+
+def take_turns(
+    prefix: str, name: str, waiter_ttl: float, lease: float, auto_renew: bool, duration: float, seed: int
+) -> None:
+    """Wait for a mutex, hold it for a while, give it back; counted inside by an independent referee.
+
+    ``waiter_ttl`` is this process's own ``SEMAPHORE_WAITER_TTL``: processes of
+    one site running with different ones is what a rolling deploy looks like.
+    """
+    setup(prefix)
+    import redis
+    from django.conf import settings
+
+    settings.SEMAPHORE_WAITER_TTL = waiter_ttl
+    from django_semaphore import Semaphore
+    from django_semaphore.core.conf import SemaphoreConfig
+
+    rng = random.Random(seed)
+    sem = Semaphore(SemaphoreConfig.from_options(name, {"limit": 1, "lease": lease}))
+    counter = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    inside, entries, over = prefix + "inside", prefix + "entries", prefix + "over"
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        permit = sem.acquire(wait=2, auto_renew=auto_renew)
+        if permit is None:
+            continue
+        if counter.incr(inside) > 1:
+            counter.incr(over)
+        counter.incr(entries)
+        time.sleep(rng.uniform(0.2, 0.3))
+        counter.decr(inside)
+        permit.release()
+
+
+def wait_then_enter(
+    prefix: str, name: str, lease: float, auto_renew: bool, waiter_ttl: float | None = None, hold: float = 0.3
+) -> None:
+    """Wait (for long) for a mutex, then count itself inside with the referee and stay ``hold`` seconds."""
+    setup(prefix)
+    import redis
+    from django.conf import settings
+
+    if waiter_ttl is not None:
+        settings.SEMAPHORE_WAITER_TTL = waiter_ttl
+
+    from django_semaphore import Semaphore
+    from django_semaphore.core.conf import SemaphoreConfig
+
+    sem = Semaphore(SemaphoreConfig.from_options(name, {"limit": 1, "lease": lease}))
+    counter = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    permit = sem.acquire(wait=30, auto_renew=auto_renew)
+    if permit is None:
+        return
+    if counter.incr(prefix + "inside") > 1:
+        counter.incr(prefix + "over")
+    counter.incr(prefix + "entries")
+    time.sleep(hold)
+    counter.decr(prefix + "inside")
+    permit.release()
+
+
+def contend_on_cluster(prefix: str, port: int, name: str, limit: int, duration: float, seed: int) -> None:
+    """Weighted acquire / hold / release on a Redis Cluster, counted inside by the referee (a standalone server)."""
+    setup(prefix)
+    import redis
+    import redis.cluster
+    from django.conf import settings
+
+    cluster = redis.cluster.RedisCluster(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=1)
+    settings.SEMAPHORE_CONNECTION = lambda: cluster
+    from django_semaphore import BackendUnavailable, Semaphore
+    from django_semaphore.core.conf import SemaphoreConfig
+
+    rng = random.Random(seed)
+    sem = Semaphore(SemaphoreConfig.from_options(name, {"limit": limit, "lease": 2}))
+    counter = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    inside, entries, over, errors = prefix + "inside", prefix + "entries", prefix + "over", prefix + "unavailable"
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        weight = rng.randint(1, limit)
+        try:
+            permit = sem.acquire(wait=rng.choice([0, 0.3, 1.0]), weight=weight, auto_renew=False)
+        except BackendUnavailable:
+            counter.incr(errors)
+            time.sleep(0.01)
+            continue
+        if permit is None:
+            continue
+        if counter.incrby(inside, weight) > limit:
+            counter.incr(over)
+        counter.incr(entries)
+        time.sleep(rng.uniform(0, 0.02))
+        counter.decrby(inside, weight)
+        try:
+            permit.release()
+        except BackendUnavailable:
+            counter.incr(errors)
+
+
+def call_guarded(prefix: str, limit: int, duration: float, seed: int) -> None:
+    """Call a function under ``@limit`` as fast as possible, counted inside by the referee."""
+    setup(prefix)
+    import redis
+    from django.conf import settings
+
+    settings.SEMAPHORES = {**settings.SEMAPHORES, "partner": {"limit": limit, "lease": 10}}
+    from django_semaphore import SemaphoreFull
+    from django_semaphore import limit as guarded_by
+
+    rng = random.Random(seed)
+    counter = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+
+    @guarded_by("partner", wait=0)
+    def call_partner() -> None:
+        if counter.incr(prefix + "inside") > limit:
+            counter.incr(prefix + "over")
+        counter.incr(prefix + "entries")
+        time.sleep(rng.uniform(0, 0.01))
+        counter.decr(prefix + "inside")
+
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        try:
+            call_partner()
+        except SemaphoreFull:
+            counter.incr(prefix + "full")

@@ -1,0 +1,168 @@
+"""The waiting protocol on its own, with scripted replies: no Redis, no threads, a clock we move."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_semaphore.core.calls import Calls
+from django_semaphore.core.flow import (
+    CONFIRM,
+    LEAVE,
+    Acquire,
+    AcquireRequest,
+    Block,
+    Woken,
+    acquire_flow,
+    next_block,
+)
+from django_semaphore.core.keys import SemaphoreKeys
+from django_semaphore.core.results import FULL, GRANTED, HANDED, QUEUED
+
+NOW_MS = 1_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def request(wait: float = 5.0, lease_ms: int = 60_000, *, background: bool = True, replicated: bool = False):
+    calls = Calls(SemaphoreKeys.build("t:", "flow", None), b"1 1000 0 360 86400000 1 1")
+    return AcquireRequest(
+        calls=calls,
+        token="a" * 32,
+        nonce="n",
+        weight=1,
+        lease_ms=lease_ms,
+        hold_ms=0,
+        metadata=b"{}",
+        wait=wait,
+        waiter_ttl=1.0,
+        renewed_in_background=background,
+        replicated=replicated,
+    )
+
+
+def reply(code: int, *, deadline: int = 0, nearest: int = 0, now: int = NOW_MS) -> list[int]:
+    # code, fence, deadline, used, limit, waiting, now, then (not granted) position, nearest, expected_free
+    granted = [code, 7, deadline, 1, 1, 1, now]
+    return granted if code == GRANTED else [*granted[:1], 0, *granted[2:], 1, nearest, 500]
+
+
+def grant_note(deadline: int) -> bytes:
+    return f"G|42|{deadline}|{NOW_MS}".encode()
+
+
+def run(flow: Any, answers: list[Any]) -> tuple[list[Any], Any]:
+    """Feed ``answers`` to the steps in turn; the steps seen and the result."""
+    steps = [next(flow)]
+    for answer in answers:
+        try:
+            steps.append(flow.send(answer))
+        except StopIteration as done:
+            return steps, done.value
+    raise AssertionError(f"the flow wanted more than {len(answers)} answers: {steps}")
+
+
+def test_granted_at_once() -> None:
+    steps, result = run(acquire_flow(request(), Clock()), [reply(GRANTED, deadline=NOW_MS + 60_000)])
+    assert steps == [Acquire(5.0)]
+    assert result.code == GRANTED and result.fence == 7
+
+
+def test_a_grant_note_is_a_permit_held_without_asking_again() -> None:
+    clock = Clock()
+    flow = acquire_flow(request(), clock)
+    steps, result = run(flow, [reply(QUEUED, nearest=5000), Woken(grant_note(NOW_MS + 2000))])
+    assert isinstance(steps[0], Acquire) and isinstance(steps[1], Block)
+    assert result.code == HANDED and result.fence == 42 and result.lease_deadline_ms == NOW_MS + 2000
+
+
+def test_a_grant_note_read_after_a_stall_past_the_claim_is_confirmed_first() -> None:
+    clock = Clock()
+    flow = acquire_flow(request(wait=30), clock)
+    next(flow)
+    block = flow.send(reply(QUEUED))
+    assert isinstance(block, Block)
+    clock.now += 2.5  # the process stalled: its claim (2 s) may have run out
+    assert flow.send(Woken(grant_note(NOW_MS + 2000))) == CONFIRM
+    with pytest.raises(StopIteration) as done:
+        flow.send([1, NOW_MS + 62_000, NOW_MS + 2500])
+    assert done.value.value.code == HANDED and done.value.value.lease_deadline_ms == NOW_MS + 62_000
+
+
+def test_a_failed_confirmation_is_not_a_permit_the_waiter_asks_again() -> None:
+    clock = Clock()
+    flow = acquire_flow(request(wait=30), clock)
+    next(flow)
+    flow.send(reply(QUEUED))
+    clock.now += 2.5
+    assert flow.send(Woken(grant_note(NOW_MS + 2000))) == CONFIRM
+    assert isinstance(flow.send([0, 0, NOW_MS + 2500]), Acquire)
+
+
+@pytest.mark.parametrize(
+    ("background", "replicated", "confirms"),
+    [(True, False, False), (False, False, True), (True, True, True)],
+    ids=["renewed-in-background", "no-background-renewal", "replicas-mode"],
+)
+def test_who_confirms_a_handed_permit(background: bool, replicated: bool, confirms: bool) -> None:
+    flow = acquire_flow(request(background=background, replicated=replicated), Clock())
+    next(flow)
+    flow.send(reply(QUEUED))
+    step_or_done: Any
+    try:
+        step_or_done = flow.send(Woken(grant_note(NOW_MS + 2000)))
+    except StopIteration as done:
+        step_or_done = done.value
+    assert (step_or_done == CONFIRM) is confirms
+
+
+def test_a_lease_within_the_claim_needs_no_confirmation_even_without_background_renewal() -> None:
+    flow = acquire_flow(request(lease_ms=1000, background=False), Clock())
+    next(flow)
+    flow.send(reply(QUEUED))
+    with pytest.raises(StopIteration) as done:
+        flow.send(Woken(grant_note(NOW_MS + 1000)))
+    assert done.value.value.code == HANDED
+
+
+def test_the_deadline_passing_in_line_leaves_it_and_reports_full() -> None:
+    clock = Clock()
+    flow = acquire_flow(request(wait=0.5), clock)
+    next(flow)
+    block = flow.send(reply(QUEUED))
+    assert isinstance(block, Block) and not block.precise and block.timeout == pytest.approx(0.333, abs=0.01)
+    clock.now += 0.34
+    second = flow.send(Woken())  # heartbeat: ask again
+    assert second == Acquire(pytest.approx(0.16))
+    block = flow.send(reply(QUEUED))
+    assert isinstance(block, Block) and block.precise
+    clock.now += 0.2
+    assert flow.send(Woken(grant_note(NOW_MS + 2000))) == LEAVE  # arrived too late: it goes back
+    with pytest.raises(StopIteration) as done:
+        flow.send([1, 0])
+    assert done.value.value.code == FULL
+
+
+def test_a_wait_the_driver_already_left_ends_without_leaving_twice() -> None:
+    clock = Clock()
+    flow = acquire_flow(request(wait=0.1), clock)
+    next(flow)
+    flow.send(reply(QUEUED))
+    clock.now += 0.11
+    with pytest.raises(StopIteration) as done:
+        flow.send(Woken(left=True))
+    assert done.value.value.code == FULL
+
+
+def test_next_block_is_a_third_of_the_ttl_bounded_by_the_nearest_lease_end_and_the_deadline() -> None:
+    assert next_block(10.0, 0, 3.0) == pytest.approx(1.0)
+    assert next_block(10.0, 200, 3.0) == pytest.approx(0.202)
+    assert next_block(0.05, 0, 3.0) == pytest.approx(0.05)
+    assert next_block(0.0, 0, 3.0) > 0  # BLPOP's 0 would mean "forever"

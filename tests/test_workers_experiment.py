@@ -1,0 +1,22 @@
+"""The workers experiment (``python -m benchmarks.workers``) shows what docs/install.md says it shows.
+
+A limit equal to the number of sync workers never turns anyone away (the
+server queues the rest); with threads or ASGI the limit is what binds.
+"""
+
+from __future__ import annotations
+
+from benchmarks import workers
+
+
+def test_a_limit_at_the_sync_workers_never_binds_and_threads_or_asgi_make_it_bind(redis_server) -> None:
+    rows = dict(workers.measure(concurrency=8, duration=1.5))
+    for label in ("gunicorn, 4 sync workers", "gunicorn, 2 sync workers"):
+        assert rows[label].statuses[503] == 0 and rows[label].statuses[200] > 0, label
+    for label in (
+        "gunicorn, 4 workers x 4 threads",
+        "gunicorn, 1 worker x 16 threads",
+        "uvicorn (ASGI), 1 worker, async view",
+    ):
+        assert rows[label].statuses[503] > 0 and rows[label].statuses[200] > 0, label
+    assert all(tally.requests == tally.statuses[200] + tally.statuses[503] for tally in rows.values())

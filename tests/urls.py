@@ -1,5 +1,0 @@
-from django.contrib import admin
-from django.urls import include, path
-
-urlpatterns = [path("admin/", admin.site.urls)]
-urlpatterns += [path("surface/", include(("tests.surface_urls", "surface")))]
