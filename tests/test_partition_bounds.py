@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from io import StringIO
 
 import pytest
@@ -26,28 +25,13 @@ from django.urls import reverse
 
 from django_semaphore import TooManyPartitions, get_semaphore, outcomes
 from django_semaphore.core import overview, registry
-from django_semaphore.signals import semaphore_backend_error
 from django_semaphore.testing import RedisServer
 
 from .support.guards import declare
+from .support.refusals import backend_errors
 
 HEADER_URL = "/surface/keyed/header/"  # @semaphore("guarded", key="header:X-Api-Key")
 ERROR_OUTCOME = {"allow": "error_allowed", "deny": "error_denied"}
-
-
-@contextmanager
-def backend_errors() -> Iterator[list[BaseException]]:
-    """The errors ``semaphore_backend_error`` reports meanwhile."""
-    seen: list[BaseException] = []
-
-    def note(sender: str, error: BaseException, **kwargs: object) -> None:
-        seen.append(error)
-
-    semaphore_backend_error.connect(note)
-    try:
-        yield seen
-    finally:
-        semaphore_backend_error.disconnect(note)
 
 
 def request_with_key(client: Client, value: str) -> tuple[int, str | None]:

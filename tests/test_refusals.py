@@ -26,7 +26,6 @@ from django.urls import reverse
 
 from django_semaphore import BackendUnavailable, get_semaphore, outcomes
 from django_semaphore.core import errors
-from django_semaphore.signals import semaphore_backend_error
 from django_semaphore.testing import RedisServer
 
 from .conftest import OWN_SERVER_TIMEOUTS
@@ -66,16 +65,8 @@ def full(own_server: RedisServer, admin_client: redis.Redis) -> Iterator[None]:
 
 @pytest.fixture
 def backend_errors() -> Iterator[list[BaseException]]:
-    seen: list[BaseException] = []
-
-    def note(sender: str, error: BaseException, **kwargs: object) -> None:
-        seen.append(error)
-
-    semaphore_backend_error.connect(note)
-    try:
+    with refusals.backend_errors() as seen:
         yield seen
-    finally:
-        semaphore_backend_error.disconnect(note)
 
 
 # -- the engine -------------------------------------------------------------

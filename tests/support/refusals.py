@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 
 import redis
 
+from django_semaphore.signals import semaphore_backend_error
 from django_semaphore.testing import RedisServer
 
 from .servers import wait_for
@@ -22,6 +23,23 @@ Undo = Callable[[], None]
 JUNK = b"x" * 1024
 # Room above what the server uses at start: a few hundred of junk values.
 HEADROOM = 512 * 1024
+
+
+@contextmanager
+def backend_errors() -> Iterator[list[BaseException]]:
+    """The errors ``semaphore_backend_error`` reports meanwhile."""
+    seen: list[BaseException] = []
+
+    def note(sender: str, error: BaseException, **kwargs: object) -> None:
+        seen.append(error)
+
+    semaphore_backend_error.connect(note)
+    try:
+        yield seen
+    finally:
+        semaphore_backend_error.disconnect(note)
+
+
 LIMITED_USER, LIMITED_PASSWORD = "limited", "limited-pw"
 
 
