@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from django_semaphore import Semaphore
-from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core import renewal
+from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.renewal import renewer
 from django_semaphore.signals import semaphore_acquired
 from django_semaphore.testing import find_binary
