@@ -14,7 +14,7 @@ import random
 import statistics
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -89,6 +89,14 @@ def worker(
     import django
 
     django.setup()
+    from django_semaphore.signals import semaphore_limit_adapted
+
+    changes: list[tuple[float, int, int]] = []
+
+    def adapted(sender: str, old_limit: int, new_limit: int, **kwargs: Any) -> None:
+        changes.append((now(), old_limit, new_limit))
+
+    semaphore_limit_adapted.connect(adapted, weak=False)
     time.sleep(max(begin - now(), 0))  # every process starts its load together
     results: list[Any] = []
     over = [0]
@@ -100,7 +108,7 @@ def worker(
         client.start()
     for client in clients:
         client.join()
-    queue.put((results, over[0]))
+    queue.put((results, over[0], changes))
 
 
 @dataclass
@@ -112,6 +120,8 @@ class Run:
     over: int
     started: float
     seconds: float
+    # Every semaphore_limit_adapted the worker processes received: (at, old, new), in time order.
+    changes: list[tuple[float, int, int]] = field(default_factory=list)
 
     def settled_limit(self, last: float = 0.5) -> float:
         """The median limit in force over the last ``last`` of the run."""
@@ -163,10 +173,12 @@ def run(
         time.sleep(0.1)
     records: list[tuple[float, float | None]] = []
     over = 0
+    changes: list[tuple[float, int, int]] = []
     for _ in workers:
-        got, over_here = queue.get(timeout=60)
+        got, over_here, changed = queue.get(timeout=60)
         records += got
         over += over_here
+        changes += changed
     for process in workers:
         process.join(timeout=10)
-    return Run(limits, records, over, started, seconds)
+    return Run(limits, records, over, started, seconds, sorted(changes))

@@ -8,20 +8,25 @@ permit longer than the target.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
+from io import StringIO
 from typing import Any
 
 import pytest
 import redis
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
 
 from django_semaphore import Semaphore, checks, signals
 from django_semaphore.core import scripts
 from django_semaphore.core.calls import Calls
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.overview import summary
+from django_semaphore.core.results import Sample
+from django_semaphore.dashboard.chart import HEIGHT, WIDTH, utilisation_chart
 
 WINDOW = 0.1
 
@@ -295,3 +300,46 @@ def test_weight_above_min_and_keyed_adaptive_are_refused(settings) -> None:
     assert sorted(m.id for m in messages) == ["django_semaphore.E016", "django_semaphore.E017"]
     with pytest.raises(ImproperlyConfigured, match="whole semaphores only"):
         SemaphoreConfig.from_options("keyed", settings.SEMAPHORES["keyed"])
+
+
+def test_the_status_command_shows_the_adaptive_limit(settings) -> None:
+    settings.SEMAPHORES = {"search": {"limit": adaptive(initial=4), "lease": 30}, "fixed": {"limit": 3}}
+    from django_semaphore import get_semaphore
+
+    sem = get_semaphore("search")
+    out = StringIO()
+    call_command("semaphore_status", stdout=out)
+    assert "~ search: adaptive limit 4 (2..6, target 50ms), not moved yet (initial 4)" in out.getvalue()
+    start(sem)
+    cycle(sem, count=2)
+    out = StringIO()
+    call_command("semaphore_status", stdout=out)
+    text = out.getvalue()
+    assert "5~" in text and "~ search: adaptive limit 5 (2..6, target 50ms), moved 0s ago: hold" in text
+    assert "~ fixed" not in text
+    out = StringIO()
+    call_command("semaphore_status", "search", "--json", stdout=out)
+    (row,) = json.loads(out.getvalue())["semaphores"]
+    assert row["adaptive"]["limit"] == 5 and row["adaptive"]["reason"].startswith("hold")
+
+
+def test_history_samples_without_the_limit_still_read() -> None:
+    assert Sample.parse(b"1700000000000|3|1") == Sample(1700000000000, 3, 1, None)
+    assert Sample.parse(b"1700000000000|3|1|8") == Sample(1700000000000, 3, 1, 8)
+
+
+def test_the_dashboard_chart_draws_the_limit_in_force_over_time() -> None:
+    now = 1_700_000_600_000
+    history = [
+        {"at_ms": now - 300_000, "peak_used": 2, "waiting": 0},  # written before samples carried the limit
+        {"at_ms": now - 200_000, "peak_used": 4, "waiting": 0, "limit": 4},
+        {"at_ms": now - 100_000, "peak_used": 6, "waiting": 1, "limit": 8},
+    ]
+    chart = utilisation_chart(history, 6, now, 3, 0)
+    assert chart["top"] == 8  # the highest limit in force scales the chart
+    points = [tuple(map(float, p.split(","))) for p in chart["limit"].split()]
+    ys = [y for _, y in points]
+    y_of = {value: HEIGHT - value / 8 * HEIGHT for value in (4, 6, 8)}
+    assert ys[0] == y_of[6]  # the old sample shows the current limit
+    assert y_of[4] in ys and y_of[8] in ys and ys[-1] == y_of[6]
+    assert points[-1][0] == WIDTH and all(b[0] >= a[0] for a, b in itertools.pairwise(points))

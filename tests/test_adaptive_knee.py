@@ -3,11 +3,13 @@
 The backend (benchmarks/knee.py) works 50 ms per request up to K = 8 in
 flight and longer with every request beyond; 24 clients in 4 processes
 press on it. Whatever the starting limit, the limit in force settles within
-20% of K, and no grant is ever counted over the limit in force.
+20% of K, no grant is ever counted over the limit in force, and each change
+is signalled once, in one process.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -33,3 +35,9 @@ def test_the_limit_settles_near_the_knee(key_prefix: str, low: int, high: int, i
     assert min(limits) >= low and max(limits) <= high
     assert run.over == 0
     assert sum(1 for _, work in run.records if work is not None) > 100
+    # One signal per change, site-wide: the changes the processes heard form one unbroken chain
+    # from the initial limit (a change heard twice, or by nobody, would break it).
+    chain = [(old, new) for _, old, new in run.changes]
+    assert chain and chain[0][0] == initial
+    assert all(prev[1] == nxt[0] for prev, nxt in itertools.pairwise(chain)), chain
+    assert chain[-1][1] == limits[-1] or run.limits[-1][0] < run.changes[-1][0]
