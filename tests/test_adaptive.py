@@ -343,3 +343,13 @@ def test_the_dashboard_chart_draws_the_limit_in_force_over_time() -> None:
     assert ys[0] == y_of[6]  # the old sample shows the current limit
     assert y_of[4] in ys and y_of[8] in ys and ys[-1] == y_of[6]
     assert points[-1][0] == WIDTH and all(b[0] >= a[0] for a, b in itertools.pairwise(points))
+
+
+def test_the_limit_command_pins_and_releases_an_adaptive_limit(settings) -> None:
+    settings.SEMAPHORES = {"search": {"limit": adaptive(initial=4), "lease": 30}}
+    out = StringIO()
+    call_command("semaphore_limit", "search", "3", stdout=out)
+    assert "limit is now 3 (settings say adaptive, 2 to 6)" in out.getvalue()
+    out = StringIO()
+    call_command("semaphore_limit", "search", "--clear", stdout=out)
+    assert "override cleared; limit is 4 (adaptive)" in out.getvalue()
