@@ -353,3 +353,19 @@ def test_the_limit_command_pins_and_releases_an_adaptive_limit(settings) -> None
     out = StringIO()
     call_command("semaphore_limit", "search", "--clear", stdout=out)
     assert "override cleared; limit is 4 (adaptive)" in out.getvalue()
+
+
+def test_an_async_release_that_moves_the_limit_sends_the_signal(adapted: Adapted) -> None:
+    import asyncio
+
+    sem = make(initial=4)
+    start(sem)
+
+    async def hold_two() -> None:
+        permits = [await sem.aacquire(), await sem.aacquire()]
+        for permit in permits:
+            assert permit is not None
+            await permit.arelease()
+
+    asyncio.run(hold_two())
+    assert [(c["old_limit"], c["new_limit"]) for c in adapted.changes] == [(4, 5)]
