@@ -31,7 +31,8 @@
 --           tolerance": the limit its rule sets stays within min and max (integers), starting at
 --           initial; target_ms is the window's average hold above which the limit is cut (0: none,
 --           the rule compares with best * tolerance instead); window_ms is how long a window runs
---           (one decision each); backoff (0 to 1) multiplies the limit when it is cut. A caller
+--           (one decision each); backoff (0 to 1) multiplies the limit when it is cut; tolerance
+--           (above 1) multiplies the best window average into the bound when there is no target. A caller
 --           sending the seven fields only (the configuration before adaptive limits) gets the fixed
 --           limit: the adaptive fields in the state hash are left as they are.
 --   ARGV[2...] the operation's own arguments, listed in each script's header.
@@ -447,7 +448,9 @@ local function reclaim(st, h)
   end
   count(st, 'expired', #h.expired - h.capped)
   if CFG and CFG.adaptive and #h.expired > h.capped then
-    set_state('wlost', 1)  -- a lost lease: the adaptive rule cuts the limit at the end of this window
+    -- A lost lease: the adaptive rule cuts the limit at the end of this window. Holds that ended at
+    -- their max hold do not count: that bound is the caller's choice, not a sign of overload.
+    set_state('wlost', 1)
   end
   if h.capped > 0 then
     count(st, 'max_hold', h.capped)
