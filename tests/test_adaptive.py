@@ -369,3 +369,14 @@ def test_an_async_release_that_moves_the_limit_sends_the_signal(adapted: Adapted
 
     asyncio.run(hold_two())
     assert [(c["old_limit"], c["new_limit"]) for c in adapted.changes] == [(4, 5)]
+
+
+def test_manage_py_check_fails_on_a_bad_adaptive_limit(settings) -> None:
+    from django.core.management.base import SystemCheckError
+
+    settings.SEMAPHORES = {"bad": {"limit": {"adaptive": {"min": 8, "max": 4, "initial": 6}}}}
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E016"):
+        call_command("check")
+    settings.SEMAPHORES = {"keyed": {"limit": {"adaptive": {"min": 1, "max": 4, "initial": 2}}, "key": "user"}}
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E017"):
+        call_command("check")
