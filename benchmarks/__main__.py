@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick] [--json] [--only cycle,contended,...]``
+"""``python -m benchmarks [--quick] [--json] [--only cycle,contended,...] [--svg PATH]``
 
 Runs each benchmark against a server of its own (or ``REDIS_URL``), prints a
 table of the figures next to the targets in shared/PRODUCT.md, and with
@@ -32,14 +32,17 @@ class Plan:
     scale_seconds: float
     web_seconds: float
     async_seconds: float
+    adaptive_seconds: float
 
 
-FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0)
-QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5)
+FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0, 20.0)
+QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5, 8.0)
 
 
-def benchmarks(plan: Plan, processes: int, wrk: bool = False) -> dict[str, Callable[[Bench], dict[str, Any]]]:
-    from . import concurrency, contended, cycle, handoff, scale, web
+def benchmarks(
+    plan: Plan, processes: int, wrk: bool = False, svg: str | None = None
+) -> dict[str, Callable[[Bench], dict[str, Any]]]:
+    from . import adaptive, concurrency, contended, cycle, handoff, scale, web
 
     return {
         "cycle": lambda b: cycle.run(b, plan.cycle_seconds, plan.repeats),
@@ -48,15 +51,21 @@ def benchmarks(plan: Plan, processes: int, wrk: bool = False) -> dict[str, Calla
         "scale": lambda b: scale.run(b, plan.scale_seconds, plan.repeats),
         "web": lambda b: web.run(b, plan.web_seconds, plan.repeats, wrk),
         "async": lambda b: concurrency.run(b, plan.async_seconds, plan.repeats),
+        "adaptive": lambda b: adaptive.run(b, plan.adaptive_seconds, svg),
     }
 
 
 def run(
-    names: list[str], plan: Plan, processes: int, progress: Callable[[str], None], wrk: bool = False
+    names: list[str],
+    plan: Plan,
+    processes: int,
+    progress: Callable[[str], None],
+    wrk: bool = False,
+    svg: str | None = None,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {"machine": machine(), "mode": "quick" if plan is QUICK else "full"}
     started = time.monotonic()
-    for name, benchmark in benchmarks(plan, processes, wrk).items():
+    for name, benchmark in benchmarks(plan, processes, wrk, svg).items():
         if name not in names:
             continue
         progress(f"{name}...")
@@ -76,12 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shorter and fewer repeats: under a minute")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown (for README)")
-    parser.add_argument("--only", default="", help="comma-separated: cycle,contended,handoff,scale,web,async")
+    parser.add_argument("--only", default="", help="comma-separated: cycle,contended,handoff,scale,web,async,adaptive")
     parser.add_argument("--processes", type=int, default=0, help="contended processes (default 12; 4 with --quick)")
     parser.add_argument("--wrk", action="store_true", help="drive the web benchmark with wrk (if installed)")
+    parser.add_argument("--svg", default=None, help="adaptive: write a chart of limit and work time to this file")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    everything = ["cycle", "contended", "handoff", "scale", "web", "async"]
+    everything = ["cycle", "contended", "handoff", "scale", "web", "async", "adaptive"]
     names = [n.strip() for n in args.only.split(",") if n.strip()] or everything
     unknown = set(names) - set(everything)
     if unknown:
@@ -92,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    results = run(names, plan, args.processes or plan.processes, progress, args.wrk)
+    results = run(names, plan, args.processes or plan.processes, progress, args.wrk, args.svg)
     if args.json:
         print(json.dumps(results, indent=2, default=str))
     elif args.markdown:

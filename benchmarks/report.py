@@ -55,6 +55,13 @@ HEADLINES: list[tuple[str, str, Check | None, str, str]] = [
     ("decorator_added_rtt", "web: decorator's cost per request, in RTTs", lambda v: v <= 3, "<= 3", "{:.1f}"),
     ("middleware_added_rtt", "web: middleware's cost per request, in RTTs", lambda v: v <= 3, "<= 3", "{:.1f}"),
     ("async_ratio_vs_threads", "async: 100 tasks vs 100 threads", lambda v: v >= 1, ">= 1", "{:.2f}"),
+    (
+        "adaptive_goodput_ratio_vs_best_fixed",
+        "adaptive: goodput vs best fixed guess (K/2, 2K)",
+        lambda v: v >= 1,
+        ">= 1",
+        "{:.2f}x",
+    ),
 ]
 
 
@@ -120,6 +127,15 @@ def print_table(results: dict[str, Any]) -> None:
         style = {"met": "green", "missed": "red"}.get(verdict, "")
         table.add_row(label, value, target, f"[{style}]{verdict}[/]" if style else "")
     console.print(table)
+    if results.get("adaptive_cases"):
+        from .adaptive import COLUMNS, rows
+
+        table = Table(title=f"adaptive: a backend with a knee at {results['adaptive_knee']} in flight")
+        for column in COLUMNS:
+            table.add_column(column)
+        for row in rows(results):
+            table.add_row(*row)
+        console.print(table)
     peers = peer_rows(results)
     if peers:
         table = Table(title="contended: one semaphore, many processes")
@@ -139,5 +155,10 @@ def markdown(results: dict[str, Any]) -> str:
     if peers:
         lines += ["", "| contender | limit | round trips per acquire | entries/s | entries over the limit |"]
         lines += ["|---|---|---|---|---|"] + [f"| {' | '.join(row)} |" for row in peers]
+    if results.get("adaptive_cases"):
+        from .adaptive import COLUMNS, rows
+
+        lines += ["", f"| {' | '.join(COLUMNS)} |", "|" + "---|" * len(COLUMNS)]
+        lines += [f"| {' | '.join(row)} |" for row in rows(results)]
     lines += [""] + [f"- {line}" for line in context_lines(results)]
     return "\n".join(lines)

@@ -17,6 +17,8 @@ Errors:
   semaphore's declared limit (every such request would be turned away).
 - E013 ``SEMAPHORE_RATELIMIT_HEADERS`` is not a bool.
 - E014 ``SEMAPHORE_ASYNC_CONNECTION`` is neither None, a callable nor an importable dotted path.
+- E016 an adaptive ``limit`` has a wrong shape, type or range (or a weight above its min).
+- E017 a keyed semaphore has an adaptive limit (whole semaphores only).
 
 Not checked: ``replicas`` > 0 with a Redis Cluster connection factory, which
 only calling the factory (opening a connection) would reveal; the first
@@ -52,6 +54,7 @@ from django.utils.module_loading import import_string
 
 from . import response_log
 from .admission import MODES
+from .core.adaptive import adaptive_problems, is_adaptive, keyed_problem
 from .core.conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, declared, option_problems
 from .core.keys import check_prefix
 from .request_keys import client_chosen, key_problem
@@ -172,6 +175,11 @@ def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             messages.append(_error(5, problem, "See the docs, reference/settings.md."))
         if not isinstance(options, Mapping):
             continue
+        hint = "See the docs, guides/adaptive-limits.md."
+        messages += [_error(16, problem, hint) for problem in adaptive_problems(name, options)]
+        keyed = keyed_problem(name, options)
+        if keyed:
+            messages.append(_error(17, keyed, "Use a fixed limit for a keyed semaphore, or drop its 'key'."))
         problem = key_problem(options.get("key")) if isinstance(options.get("key"), str) else None
         if problem:
             messages.append(_error(6, f"SEMAPHORES[{name!r}]['key']: {problem}", _KEY_HINT))
@@ -330,6 +338,9 @@ def _too_heavy(where: str, name: object, weight: object) -> list[CheckMessage]:
     """E012 when ``weight`` is above the declared limit of ``name`` (other mistakes are checked elsewhere)."""
     options = declared().get(name) if isinstance(name, str) else None
     limit = options.get("limit") if isinstance(options, Mapping) else None
+    if is_adaptive(limit):
+        # An adaptive limit may come down to its min: a heavier request would then be turned away.
+        limit = limit.get("adaptive", {}).get("min") if isinstance(limit.get("adaptive"), Mapping) else None
     if not (isinstance(weight, int) and isinstance(limit, int)) or weight <= limit:
         return []
     return [

@@ -12,6 +12,9 @@ listed below.
 - ``semaphore_request_outcome``: ``outcome`` (one of ``outcomes.ALL``),
   ``request``, ``mode``; sent by the decorator and the middleware once per
   request and semaphore, also when Redis is unreachable
+- ``semaphore_limit_adapted``: ``old_limit``, ``new_limit``, ``reason`` (the
+  adaptive rule moved the limit; sent by the one process whose release ended
+  the window, so once per change site-wide)
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ semaphore_released = Signal()
 semaphore_lost = Signal()
 semaphore_backend_error = Signal()
 semaphore_request_outcome = Signal()
+semaphore_limit_adapted = Signal()
 
 
 def emit(signal: Signal, *, name: str, **kwargs: Any) -> None:

@@ -93,6 +93,7 @@ def test_json_endpoint_has_the_documented_fields(viewer: Client, held) -> None:
     row = next(s for s in data["semaphores"] if s["name"] == "reports")
     assert (row["used"], row["limit"], row["holders"], row["level"]) == (2, 3, 2, "low")
     assert row["history"] and row["chart"]["used"]
+    assert row["history"][-1]["limit"] == 3 and row["chart"]["limit"]
     one = viewer.get(url("detail_json", "reports")).json()["semaphores"][0]
     assert {h["token_prefix"] for h in one["holder_list"]} == {p.token[:8] for p in held}
     assert {h["label"] for h in one["holder_list"]} == {"job-0", "job-1"}

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from benchmarks import contended, handoff, peers
+from benchmarks import adaptive, contended, handoff, peers
 from benchmarks import settings as bench_settings
 from benchmarks.__main__ import Plan, run
 from benchmarks.runtime import Bench, fresh_redis
 
-TINY = Plan(0.05, 1, 2, 0.3, 1, 3, 0.05, 0.5, 0.1)
+TINY = Plan(0.05, 1, 2, 0.3, 1, 3, 0.05, 0.5, 0.1, 1.0)
 
 
 @pytest.fixture
@@ -46,6 +46,15 @@ def test_contended_runs_every_contender_and_reports_the_keys(bench: Bench) -> No
 def test_handoff_reports_percentiles_in_round_trips(bench: Bench) -> None:
     figures = handoff.run(bench, samples=3)
     assert figures["handoff_p99_rtt"] >= figures["handoff_p50_rtt"]
+
+
+def test_adaptive_compares_every_case_and_draws_the_chart(bench: Bench, tmp_path) -> None:
+    svg = tmp_path / "adaptive.svg"
+    figures = adaptive.run(bench, seconds=1.0, svg=str(svg))
+    assert set(figures["adaptive_cases"]) == set(adaptive.CASES)
+    assert all(case["over_limit"] == 0 for case in figures["adaptive_cases"].values())
+    assert figures["adaptive_cases"]["fixed K/2 = 4"]["settled_limit"] == 4
+    assert svg.read_text().startswith("<svg") and svg.read_text().count("<polyline") == 2 * len(adaptive.CASES)
 
 
 def test_harness_returns_one_json_object(redis_server, settings) -> None:

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from .adaptive import AdaptiveLimit, adaptive_problems, is_adaptive, keyed_problem
 from .keys import check_name, check_prefix
 
 ON_ERROR_CHOICES = ("allow", "deny")
@@ -103,8 +104,13 @@ def option_problems(name: object, options: object) -> list[str]:
     if not isinstance(options, Mapping):
         return [*problems, f"SEMAPHORES[{name!r}] must be a dict of options."]
     limit = options.get("limit")
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
-        problems.append(f"SEMAPHORES[{name!r}]['limit'] must be an integer from 1 to {MAX_LIMIT} (got {limit!r}).")
+    if is_adaptive(limit):
+        limit = None  # its own problems: adaptive_problems (E016)
+    elif not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+        problems.append(
+            f"SEMAPHORES[{name!r}]['limit'] must be an integer from 1 to {MAX_LIMIT}, or an adaptive limit "
+            f"(got {limit!r})."
+        )
     if "lease" in options and (not _number(options, "lease") or options["lease"] <= 0):
         problems.append(f"SEMAPHORES[{name!r}]['lease'] must be a number of seconds > 0 (ten years at most).")
     if "wait" in options and (not _number(options, "wait") or options["wait"] < 0):
@@ -175,19 +181,27 @@ class SemaphoreConfig:
     partition_idle: float = 86400.0
     # Keyed semaphores: partitions kept at once; a new key past it gets on_error.
     max_partitions: int | None = None
+    # An adaptive limit (core/adaptive.py); `limit` is then its initial value.
+    adaptive: AdaptiveLimit | None = None
 
     @classmethod
     def from_options(cls, name: str, options: Mapping[str, Any]) -> SemaphoreConfig:
         problems = option_problems(name, options)
+        if isinstance(options, Mapping):
+            problems += adaptive_problems(name, options)
+            keyed = keyed_problem(name, options)
+            problems += [keyed] if keyed else []
         if problems:
             raise ImproperlyConfigured(" ".join(problems))
         lease = float(options.get("lease", app_setting("SEMAPHORE_DEFAULT_LEASE")))
         max_hold = None if options.get("max_hold") is None else float(options["max_hold"])
         # Requests are bounded even when nothing is set; an explicit None lifts the bound.
         web_max_hold = max_hold if "max_hold" in options else lease * WEB_MAX_HOLD_LEASES
+        adaptive = AdaptiveLimit.from_spec(options["limit"]["adaptive"]) if is_adaptive(options["limit"]) else None
         return cls(
             name=name,
-            limit=options["limit"],
+            limit=adaptive.initial if adaptive else options["limit"],
+            adaptive=adaptive,
             lease=lease,
             wait=float(options.get("wait", 0.0)),
             weight=options.get("weight", 1),
@@ -212,7 +226,8 @@ class SemaphoreConfig:
     def _encode(self, every_ms: int, whole: bool) -> bytes:
         ttl_ms = max(int(self.waiter_ttl * 1000), 1)
         idle_ms = max(int(self.partition_idle * 1000), 1)
-        return f"{self.limit} {ttl_ms} {every_ms} {HISTORY_KEEP} {idle_ms} {int(self.fair)} {int(whole)}".encode()
+        text = f"{self.limit} {ttl_ms} {every_ms} {HISTORY_KEEP} {idle_ms} {int(self.fair)} {int(whole)}"
+        return (text + (self.adaptive.wire() if self.adaptive else "")).encode()
 
     @cached_property
     def _wire_whole(self) -> bytes:

@@ -13,6 +13,7 @@ says so with ``truncated``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import asdict
 from typing import Any
 
 from .conf import declared
@@ -130,6 +131,7 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
         "lease_s": config.lease,
         "configured_limit": config.limit,
         "truncated": False,
+        "adaptive": None,
     }
     if is_keyed(sem):
         labels = sem.partitions(MAX_PARTITIONS)
@@ -173,7 +175,10 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
             now_ms=status.now_ms,
             counters=status.counters,
             busiest=[],
-            history=[{"at_ms": s.at_ms, "peak_used": s.peak_used, "waiting": s.waiting} for s in recent],
+            history=[
+                {"at_ms": s.at_ms, "peak_used": s.peak_used, "waiting": s.waiting, "limit": s.limit} for s in recent
+            ],
+            adaptive=asdict(status.adaptive) if status.adaptive else None,
         )
     row["oldest_holder_age_s"] = _oldest_age(listed)
     if holders:

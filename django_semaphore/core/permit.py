@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import signals
 from . import backend
+from .adaptive import release_reply
 from .calls import Calls
 from .conf import MAX_SECONDS
 from .renewal import renewer
@@ -114,22 +115,22 @@ class Permit:
             return False
         self._start_release()
         try:
-            was_held = backend.run(self._calls.release(self.token), self.name, self.partition)
+            reply = backend.run(self._calls.release(self.token), self.name, self.partition)
         except BaseException:
             self._settle_later()
             raise
-        return self._released(bool(was_held))
+        return self._released(reply)
 
     async def arelease(self) -> bool:
         if self.released:
             return False
         self._start_release()
         try:
-            was_held = await backend.arun(self._calls.release(self.token), self.name, self.partition)
+            reply = await backend.arun(self._calls.release(self.token), self.name, self.partition)
         except BaseException:
             self._settle_later()
             raise
-        return self._released(bool(was_held))
+        return self._released(reply)
 
     def next_renewal(self) -> float:
         """When the background renewal should next extend this lease (monotonic clock)."""
@@ -249,8 +250,19 @@ class Permit:
         self.released = True
         renewer.reconcile(self._calls.release(self.token, fence=self.fence), within=self.lease)
 
-    def _released(self, was_held: bool) -> bool:
+    def _released(self, reply: Any) -> bool:
         self.released = True
+        was_held, change = release_reply(reply)
+        if change is not None:
+            # Only the release that ended the window hears of the change: once per change, site-wide.
+            signals.emit(
+                signals.semaphore_limit_adapted,
+                name=self.name,
+                partition=self.partition,
+                old_limit=change.old_limit,
+                new_limit=change.new_limit,
+                reason=change.reason,
+            )
         signals.emit(
             signals.semaphore_released,
             name=self.name,

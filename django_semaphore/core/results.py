@@ -7,6 +7,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from .adaptive import AdaptiveLimit, AdaptiveStatus
+
 # The acquire script's reply codes (see core/lua/acquire.lua).
 GRANTED, RENEWED, QUEUED, FULL, TOO_HEAVY, TOO_LATE, OTHER_WEIGHT = 1, 2, 3, 0, -1, -2, -3
 # Granted by a release while waiting (a note on the wake list), on the waiter's own claim.
@@ -138,18 +140,25 @@ class Holder:
 
 @dataclass(frozen=True)
 class Sample:
-    """Peak permits in use since the previous sample, and the line at sample time."""
+    """Peak permits in use since the previous sample, the line and the limit in force at sample time.
+
+    ``limit`` is None in samples written before it was recorded (a server
+    that ran an older version of the scripts).
+    """
 
     at_ms: int
     peak_used: int
     waiting: int
+    limit: int | None = None
 
     @classmethod
     def parse(cls, raw: Any) -> Sample:
-        at, peak, waiting = _text(raw).split("|")
-        return cls(int(at), int(peak), int(waiting))
+        at, peak, waiting, *rest = _text(raw).split("|")
+        return cls(int(at), int(peak), int(waiting), int(rest[0]) if rest else None)
 
 
+# State fields that are not integers: the adaptive rule's reason and best average hold (ms, a decimal).
+TEXT_FIELDS = ("alimit_why", "best")
 COUNTERS = ("acquired", "rejected", "released", "expired", "lost", "forced", "refused", "max_hold")
 
 
@@ -170,11 +179,21 @@ class SemaphoreStatus:
     holders: list[Holder]
     now_ms: int
     history: list[Sample] = field(default_factory=list)
+    # Where an adaptive limit stands (None for a fixed one).
+    adaptive: AdaptiveStatus | None = None
 
     @classmethod
-    def parse(cls, name: str, partition: str | None, configured: int, reply: list[Any]) -> SemaphoreStatus:
+    def parse(
+        cls,
+        name: str,
+        partition: str | None,
+        configured: int,
+        reply: list[Any],
+        adaptive: AdaptiveLimit | None = None,
+    ) -> SemaphoreStatus:
         now, limit, flat, holder_count, waiting, listed, samples = reply
-        state = {_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+        text = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
+        state = {key: int(value) for key, value in text.items() if key not in TEXT_FIELDS}
         holders = [Holder.parse(*listed[i : i + 3]) for i in range(0, len(listed), 3)]
         return cls(
             name=name,
@@ -190,6 +209,7 @@ class SemaphoreStatus:
             holders=holders,
             now_ms=int(now),
             history=[Sample.parse(sample) for sample in samples],
+            adaptive=AdaptiveStatus.read(adaptive, text) if adaptive else None,
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The Lua operations, as one Redis Functions library loaded once and called with FCALL.
 
-``lua/common.lua`` starts the library; each other file is the body of one
+``lua/common.lua`` and ``lua/adaptive.lua`` start the library; each other file is the body of one
 operation, registered as ``<library>_<operation>``. The library's name
 carries a digest of its source, so processes of two versions of this app (a
 rolling deploy) each call their own functions, and a server that lost its
@@ -35,6 +35,10 @@ OPERATIONS = (
 )
 
 
+# The helpers every operation shares, in this order (adaptive.lua uses common.lua's).
+PRELUDE = ("common", "adaptive")
+
+
 def _text(name: str) -> str:
     return (files("django_semaphore.core") / "lua" / f"{name}.lua").read_text()
 
@@ -42,9 +46,10 @@ def _text(name: str) -> str:
 @cache
 def library() -> tuple[str, str]:
     """The library's name and source."""
-    body = _text("common") + "".join(_text(name) for name in OPERATIONS)
+    prelude = "".join(_text(name) for name in PRELUDE)
+    body = prelude + "".join(_text(name) for name in OPERATIONS)
     name = "django_semaphore_" + hashlib.sha1(body.encode()).hexdigest()[:12]
-    parts = [f"#!lua name={name}\n", _text("common")]
+    parts = [f"#!lua name={name}\n", prelude]
     for operation in OPERATIONS:
         parts.append(f"\nlocal function {operation}_operation(keys, args)\n  begin(keys, args)\n")
         parts.append(_text(operation))

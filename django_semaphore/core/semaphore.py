@@ -370,11 +370,11 @@ class Semaphore:
         ``history=True`` adds the last hour of utilisation samples.
         """
         reply = backend.run(self.calls.status(max_holders, history), self.name, self.partition)
-        return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply)
+        return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply, self.config.adaptive)
 
     async def astatus(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
         reply = await backend.arun(self.calls.status(max_holders, history), self.name, self.partition)
-        return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply)
+        return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply, self.config.adaptive)
 
     def force_release(self, token: str) -> bool:
         """Take one holder's permit away (an operator's fix for a stuck holder); an empty token takes nothing."""

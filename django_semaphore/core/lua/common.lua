@@ -8,13 +8,18 @@
 --   KEYS[3] state    HASH  used (sum of held weights), fence (never reset), limit (runtime override),
 --                          ticket (waiting-line counter), expires_at (partitions), audited_at,
 --                          seen_at (when a script last served a line with waiters in it),
---                          hold_avg and peak/sampled_at (Retry-After, history) and the outcome counters
+--                          hold_avg and peak/sampled_at (Retry-After, history) and the outcome counters;
+--                          an adaptive semaphore adds alimit (the limit its rule set), alimit_at and
+--                          alimit_why (when and why it last moved), best (the lowest window's average
+--                          hold, drifting up) and its current window: ws (start), wsum and wn (sum and
+--                          count of its holds, ms), wlost (1 if a lease was lost in it), wpeak (peak used)
 --   KEYS[4] queue    ZSET  waiter token -> ticket (first come, first served)
 --   KEYS[5] alive    ZSET  waiter token -> heartbeat deadline (ms); a waiter that missed it but may come
 --                          back keeps its entry (and its ticket in qweight) for a grace period
 --   KEYS[6] qweight  HASH  waiter token -> "weight|lease_ms|claim_ms|hold_ms|ticket|nonce|metadata":
 --                          its own request, so a release can grant it without being asked
---   KEYS[7] history  LIST  "sampled_at_ms|peak_used|waiting" samples (whole semaphores only)
+--   KEYS[7] history  LIST  "sampled_at_ms|peak_used|waiting|limit" samples (whole semaphores only; samples
+--                          written before the limit was recorded have three fields)
 --   KEYS[8] the caller's own wake list, for the scripts that act for one waiter (acquire, cancel)
 --   ARGV[1] the semaphore's configuration, "limit waiter_ttl_ms every_ms keep idle_ms fair whole":
 --           limit from settings (a runtime override in state wins); a waiter not heard from for
@@ -22,6 +27,14 @@
 --           keep samples; the keys expire idle_ms after the last lease or heartbeat; fair 1 =
 --           first come, first served, 0 = a free permit goes to whoever asks first; whole 1 = a
 --           whole semaphore, whose state and history are kept for good (a partition's go too)
+--           An adaptive limit (adaptive.lua) follows, " min max initial target_ms window_ms backoff
+--           tolerance": the limit its rule sets stays within min and max (integers), starting at
+--           initial; target_ms is the window's average hold above which the limit is cut (0: none,
+--           the rule compares with best * tolerance instead); window_ms is how long a window runs
+--           (one decision each); backoff (0 to 1) multiplies the limit when it is cut; tolerance
+--           (above 1) multiplies the best window average into the bound when there is no target. A caller
+--           sending the seven fields only (the configuration before adaptive limits) gets the fixed
+--           limit: the adaptive fields in the state hash are left as they are.
 --   ARGV[2...] the operation's own arguments, listed in each script's header.
 --   Other waiters' wake lists, <base>wake:<token>, are not in KEYS: whom a release wakes is only
 --   known once it has read the line. They share KEYS[1]'s hash tag, so they live in its slot.
@@ -42,8 +55,9 @@ local AUDIT_EVERY_MS = 1000          -- recount `used` from the holders at most 
 local LAPSED_GRACE_TTLS = 2          -- a lapsed waiter keeps its ticket this many waiter TTLs
 local BATCH = 1000                   -- members per HMGET/HDEL/ZREM (Lua's unpack has a limit)
 
--- One call's arguments and key names, set by `begin` (calls run one at a time).
-local KEYS, ARGV, K, BASE
+-- One call's arguments and key names, set by `begin` (calls run one at a time), and its configuration,
+-- set by `read_config`.
+local KEYS, ARGV, K, BASE, CFG
 
 -- Refuse an argument before anything is written: nothing a caller sends may corrupt shared state.
 local function fail(message)
@@ -71,19 +85,42 @@ end
 -- Parsed configurations, by their text: a site has a handful, each parsed once per library load.
 local configs, config_count = {}, 0
 
+-- The adaptive fields at the end of a configuration (see the header); nil when there are none.
+local function read_adaptive(rest)
+  if rest == '' then
+    return nil
+  end
+  local low, high, initial, target, window, backoff, tolerance =
+    string.match(rest, '^ (%d+) (%d+) (%d+) (%d+) (%d+) ([%d%.]+) ([%d%.]+)$')
+  if not low then
+    fail('bad adaptive configuration ' .. rest)
+  end
+  local a = {min = int_arg(low, 'adaptive min', 1, MAX_LIMIT), max = int_arg(high, 'adaptive max', 1, MAX_LIMIT),
+             initial = int_arg(initial, 'adaptive initial', 1, MAX_LIMIT), target = int_arg(target, 'target', 0, MAX_MS),
+             window = int_arg(window, 'window', 1, MAX_MS), backoff = tonumber(backoff),
+             tolerance = tonumber(tolerance)}
+  if a.min > a.max or not a.backoff or a.backoff <= 0 or a.backoff >= 1 or not a.tolerance or a.tolerance <= 1 then
+    fail('bad adaptive configuration ' .. rest)
+  end
+  return a
+end
+
 local function read_config(raw)
   local cfg = configs[raw]
   if cfg then
+    CFG = cfg
     return cfg
   end
-  local limit, ttl, every, keep, idle, fair, whole =
-    string.match(raw or '', '^(%d+) (%d+) (%d+) (%d+) (%d+) ([01]) ([01])$')
+  local limit, ttl, every, keep, idle, fair, whole, rest =
+    string.match(raw or '', '^(%d+) (%d+) (%d+) (%d+) (%d+) ([01]) ([01])(.*)$')
   if not limit then
     fail('bad configuration argument ' .. tostring(raw))
   end
   cfg = {limit = int_arg(limit, 'limit', 0, MAX_LIMIT), waiter_ttl = int_arg(ttl, 'waiter ttl', 1, MAX_MS),
          every = tonumber(every), keep = int_arg(keep, 'samples kept', 1, 100000),
-         idle = int_arg(idle, 'idle expiry', 1, MAX_MS), fair = fair == '1', whole = whole == '1'}
+         idle = int_arg(idle, 'idle expiry', 1, MAX_MS), fair = fair == '1', whole = whole == '1',
+         adaptive = read_adaptive(rest)}
+  CFG = cfg
   if config_count >= 1000 then
     configs, config_count = {}, 0
   end
@@ -117,15 +154,18 @@ end
 
 local STATE_FIELDS = {'limit', 'used', 'fence', 'ticket', 'expires_at', 'audited_at', 'seen_at', 'hold_avg', 'peak',
                       'sampled_at', 'acquired', 'rejected', 'released', 'refused', 'expired', 'lost', 'forced',
-                      'max_hold'}
+                      'max_hold', 'alimit', 'alimit_at', 'alimit_why', 'best'}
 
 -- Fields of the state hash every operation reads at once; any other is read when first used (a
 -- rarer path: a refusal, a waiting line), so the common path reads the hash once, and briefly.
 local HOT_FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak', 'sampled_at'}
+-- An adaptive semaphore's operations also read its rule's limit and window at once (see adaptive.lua).
+local ADAPTIVE_HOT_FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak',
+                             'sampled_at', 'alimit', 'ws', 'wsum', 'wn', 'wlost', 'wpeak', 'best'}
 
 -- The state hash's `fields` (`false` for one it lacks); `st.created` when it has none of them.
 local function read_state(fields)
-  fields = fields or HOT_FIELDS
+  fields = fields or (CFG and CFG.adaptive and ADAPTIVE_HOT_FIELDS) or HOT_FIELDS
   local values = redis.call('HMGET', K.state, unpack(fields))
   local st = {}
   local found = false
@@ -190,7 +230,7 @@ end
 K = {}
 plan = {adds = {}, state = {}, created = {}}
 local function begin(keys, args)
-  KEYS, ARGV = keys, args
+  KEYS, ARGV, CFG = keys, args, nil
   K.holders, K.info, K.state, K.queue = keys[1], keys[2], keys[3], keys[4]
   K.alive, K.qweight, K.history, K.own_wake = keys[5], keys[6], keys[7], keys[8]
   BASE = nil
@@ -407,6 +447,11 @@ local function reclaim(st, h)
     drop_holder(token)
   end
   count(st, 'expired', #h.expired - h.capped)
+  if CFG and CFG.adaptive and #h.expired > h.capped then
+    -- A lost lease: the adaptive rule cuts the limit at the end of this window. Holds that ended at
+    -- their max hold do not count: that bound is the caller's choice, not a sign of overload.
+    set_state('wlost', 1)
+  end
   if h.capped > 0 then
     count(st, 'max_hold', h.capped)
   end
@@ -637,7 +682,7 @@ local function sample(ctx, cfg, waiting)
   local old_peak = tonumber(st.peak)
   local peak = math.max(old_peak or 0, ctx.used)
   if ctx.now - (tonumber(st.sampled_at) or 0) >= cfg.every then
-    local text = ctx.now_text .. '|' .. peak .. '|' .. waiting
+    local text = ctx.now_text .. '|' .. peak .. '|' .. waiting .. '|' .. ctx.limit
     add('RPUSH', K.history, text)
     add('LTRIM', K.history, -cfg.keep, -1)
     set_state('sampled_at', ctx.now)
@@ -660,12 +705,31 @@ local function expected_free_ms(ctx, cfg)
   return math.min(math.max(ctx.earliest - ctx.now, 0), typical)
 end
 
+-- The adaptive rule's limit (adaptive.lua), within its bounds whatever the state hash says (bounds
+-- changed in settings apply at once).
+local function adaptive_limit(st, a)
+  return math.max(a.min, math.min(a.max, tonumber(st.alimit) or a.initial))
+end
+
+-- The limit in force: an operator's override (which pins it, unclamped: 0 pauses), else the adaptive
+-- rule's, else the one in settings.
+local function limit_in_force(st, cfg)
+  local override = tonumber(st.limit)
+  if override then
+    return override
+  end
+  if cfg.adaptive then
+    return adaptive_limit(st, cfg.adaptive)
+  end
+  return cfg.limit
+end
+
 -- The state every script starts from; `used` that is not a whole number (edited by hand, or
 -- written by an old bug) is recounted at once.
 local function context(st, cfg, now, now_text, h, caller)
   local used = tonumber(st.used)
   local ctx = {st = st, now = now, now_text = now_text, used_before = used or 0,
-               limit = tonumber(st.limit) or cfg.limit, fence = st.fence,
+               limit = limit_in_force(st, cfg), fence = st.fence,
                used = math.max((used or 0) - h.freed, 0), earliest = h.earliest, holders_empty = h.empty,
                granted = 0, caller = caller}
   if not ctx.earliest or (st.used and (not used or used < 0 or used ~= math.floor(used))) then
@@ -681,5 +745,8 @@ local function settle(ctx)
   end
   if ctx.granted > 0 then
     set_state('fence', ctx.fence)
+  end
+  if CFG and CFG.adaptive and ctx.used > (plan.state.wpeak or tonumber(field(ctx.st, 'wpeak')) or 0) then
+    set_state('wpeak', ctx.used)  -- the window's peak: was its limit exercised (adaptive.lua)?
   end
 end

@@ -9,9 +9,12 @@
 --         call holds under the same identity)
 -- ARGV[4] fence, or '': only the grant with this fence goes back (a release retried after its
 --         reply was lost, which must not take a later grant under the same identity)
--- With either, the caller is unsure what the token holds: nothing is counted as refused or lost.
+-- With either, the caller is unsure what the token holds: nothing is counted as refused or lost,
+-- and the adaptive rule decides nothing (its caller may not read the reply).
 --
--- Reply: 1 if the lease was still held (and is given back now), else 0.
+-- Reply: 1 if the lease was still held (and is given back now), else 0; or, when this release
+-- ended an adaptive window and the rule moved the limit (adaptive.lua), {released, old_limit,
+-- new_limit, reason}, so that exactly one process (this one) reports the change.
 local cfg = read_config(ARGV[1])
 local token = ARGV[2] or ''
 local nonce = ARGV[3] or ''
@@ -46,9 +49,20 @@ elseif (nonce == '' or info.nonce == nonce) and (fence == '' or info.fence == fe
   set_state('hold_avg', math.floor(hold_avg + (held_for - hold_avg) / 8))
   count(st, 'released')
   released = 1
+  if cfg.adaptive then
+    record_hold(st, held_for)
+  end
+end
+local change = nil
+if cfg.adaptive and not unsure then
+  -- Before serving the line: a raised limit serves it at once.
+  change = adapt(ctx, cfg)
 end
 serve_line(ctx, line, cfg)
 sample(ctx, cfg, line.waiting)
 settle(ctx)
 commit(st, cfg, now)
+if change then
+  return {released, change[1], change[2], change[3]}
+end
 return released

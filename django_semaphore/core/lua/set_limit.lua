@@ -1,6 +1,7 @@
 -- Set, change or clear the runtime limit override; a raised limit serves the waiting line, a
 -- lowered one takes no permit away (new grants wait until use falls below it), and 0 pauses the
--- semaphore: no new grants; holders finish, waiters wait.
+-- semaphore: no new grants; holders finish, waiters wait. The override pins an adaptive limit;
+-- clearing it gives the adaptive rule back its own limit and starts it a new window.
 --
 -- KEYS[1..7] the semaphore (see common.lua)
 -- ARGV[1] the semaphore's configuration (see common.lua)
@@ -29,9 +30,12 @@ local ctx = context(st, cfg, now, now_text, h, nil)
 reclaim(st, h)
 
 if op == 'clear' then
-  ctx.limit = cfg.limit
+  ctx.limit = cfg.adaptive and adaptive_limit(st, cfg.adaptive) or cfg.limit
   if st.limit then
     drop('HDEL', K.state, 'limit')
+  end
+  if cfg.adaptive then
+    restart_window(ctx)
   end
 else
   if op == 'set' then

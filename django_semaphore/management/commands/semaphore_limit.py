@@ -57,7 +57,11 @@ class Command(BaseCommand):
 
     def _act(self, sem: Semaphore, action: str, options: dict[str, Any]) -> str:
         """Do it; the line to print."""
-        name, settings_limit = describe(sem), sem.config.limit
+        name, settings_limit = describe(sem), str(sem.config.limit)
+        # Without an override, an adaptive limit is the rule's, not a number in settings.
+        source = "adaptive" if sem.config.adaptive else "settings"
+        if sem.config.adaptive:
+            settings_limit = f"adaptive, {sem.config.adaptive.min} to {sem.config.adaptive.max}"
         if action == "pause":
             pause(sem)
             return f"{name}: paused; nothing new is granted until --resume (holders finish)."
@@ -65,9 +69,9 @@ class Command(BaseCommand):
             in_force = resume(sem)
             if in_force is None:
                 raise CommandError(f"{name} is not paused; nothing changed.")
-            return f"{name}: resumed; limit is {in_force} (settings)."
+            return f"{name}: resumed; limit is {in_force} ({source})."
         if action == "clear":
-            return f"{name}: override cleared; limit is {sem.set_limit(None)} (settings)."
+            return f"{name}: override cleared; limit is {sem.set_limit(None)} ({source})."
         in_force = sem.set_limit(options["value"]) if action == "value" else sem.add_permits(options["add"])
         if in_force == 0:
             return f"{name}: limit is now 0: paused (settings say {settings_limit}); --resume ends it."

@@ -32,6 +32,17 @@ def key_count(row: dict[str, Any]) -> str:
     return f"{row['partitions']} keys"
 
 
+def adaptive_line(row: dict[str, Any]) -> str:
+    """One semaphore's adaptive limit: where it stands, its bounds, and when and why it last moved."""
+    a = row["adaptive"]
+    target = f"target {a['target_s'] * 1000:g}ms" if a["target_s"] is not None else "no target"
+    line = f"~ {row['name']}: adaptive limit {a['limit']} ({a['min']}..{a['max']}, {target})"
+    if a["changed_at_ms"] is None:
+        return line + f", not moved yet (initial {a['initial']})"
+    ago = duration(max(row["now_ms"] - a["changed_at_ms"], 0) / 1000)
+    return line + f", moved {ago} ago: {a['reason']}"
+
+
 def check_refresh(interval: float | None, count: int | None) -> None:
     """Refuse what argparse's ``float`` lets through (nan, inf, 0, negatives): sleep() would raise or spin."""
     if interval is not None and not (math.isfinite(interval) and 0 < interval <= MAX_INTERVAL):
@@ -108,6 +119,8 @@ class Command(BaseCommand):
         for s in semaphores:
             name = s["name"] + (f" ({key_count(s)})" if s["keyed"] else "")
             limit = "paused" if s["override"] == 0 else str(s["limit"])
+            if s.get("adaptive") and s["override"] is None:
+                limit += "~"
             if s["override"] is not None:
                 limit += "*"
                 overridden.append(f"{s['name']} (settings: {s['configured_limit']})")
@@ -137,6 +150,9 @@ class Command(BaseCommand):
             self.stdout.write(style(line))
         if overridden:
             self.stdout.write("* runtime limit override; " + ", ".join(overridden))
+        for s in semaphores:
+            if s.get("adaptive"):
+                self.stdout.write(for_terminal(adaptive_line(s)))
         if dry:
             self.stdout.write("WOULD REJECT: dry-run only; these requests found no permit and ran anyway.")
         if any(s["keyed"] for s in semaphores):

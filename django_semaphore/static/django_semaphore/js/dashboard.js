@@ -87,11 +87,9 @@
             setBar(usage, row);
         }
         if (row.chart) {
-            const limit = card.querySelector("[data-chart-limit]");
             card.querySelector("[data-chart-used]")?.setAttribute("points", row.chart.used);
             card.querySelector("[data-chart-waiting]")?.setAttribute("points", row.chart.waiting);
-            limit?.setAttribute("y1", row.chart.limit_y);
-            limit?.setAttribute("y2", row.chart.limit_y);
+            card.querySelector("[data-chart-limit]")?.setAttribute("points", row.chart.limit);
         }
         if (row.keyed) {
             rebuild(card.querySelector("[data-busiest]"), card.querySelector("[data-busiest-template]"), row.busiest);

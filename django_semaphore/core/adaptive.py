@@ -1,0 +1,168 @@
+"""Adaptive limits: the settings shape, its validation, and what the scripts say about them.
+
+``"limit": {"adaptive": {...}}`` in a ``SEMAPHORES`` entry lets the release
+script move the limit in force between ``min`` and ``max`` from the hold
+times it observes (AIMD, server-side: ``core/lua/adaptive.lua``). This module
+is the Python half: it checks the shape (system checks E016 and E017,
+``SemaphoreConfig``), writes the parameters onto the configuration argument
+the scripts read, and reads the rule's state back for status and signals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# The largest limit a semaphore may have (core/conf.py's MAX_LIMIT; kept here so conf imports this module).
+MAX_LIMIT = 10**9
+MAX_WINDOW = 86400.0
+MIN_WINDOW = 0.1
+DEFAULTS: dict[str, Any] = {"target": None, "window": 1.0, "backoff": 0.9, "tolerance": 2.0}
+FIELDS = ("min", "max", "initial", "target", "window", "backoff", "tolerance")
+
+
+def is_adaptive(limit: object) -> bool:
+    """The ``limit`` option is a dict, so an adaptive limit (whatever is wrong inside it: E016 says)."""
+    return isinstance(limit, Mapping)
+
+
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def adaptive_problems(name: object, options: Mapping[str, Any]) -> list[str]:
+    """Everything wrong with an adaptive ``limit`` (E016), in plain words; [] for a fixed limit."""
+    limit = options.get("limit")
+    if not isinstance(limit, Mapping):
+        return []
+    where = f"SEMAPHORES[{name!r}]['limit']"
+    spec = limit.get("adaptive")
+    if set(limit) != {"adaptive"} or not isinstance(spec, Mapping):
+        return [f"{where} must be an integer or {{'adaptive': {{'min': ..., 'max': ..., 'initial': ...}}}}."]
+    where += "['adaptive']"
+    problems = [f"{where} has no option {key!r}." for key in spec if key not in FIELDS]
+    low, high, initial = spec.get("min"), spec.get("max"), spec.get("initial")
+    ints = {"min": low, "max": high, "initial": initial}
+    for key, value in ints.items():
+        if not _int(value) or not 1 <= value <= MAX_LIMIT:
+            problems.append(f"{where}[{key!r}] must be an integer from 1 to {MAX_LIMIT} (got {value!r}).")
+    if all(_int(v) for v in ints.values()) and not low <= initial <= high:  # type: ignore[operator]
+        problems.append(f"{where} needs min <= initial <= max (got {low}, {initial}, {high}).")
+    target = spec.get("target")
+    if target is not None and (not _real(target) or not 0 < target <= MAX_WINDOW):
+        problems.append(f"{where}['target'] must be None or a number of seconds > 0 (got {target!r}).")
+    window = spec.get("window", DEFAULTS["window"])
+    if not _real(window) or not MIN_WINDOW <= window <= MAX_WINDOW:
+        problems.append(f"{where}['window'] must be a number of seconds from {MIN_WINDOW} (got {window!r}).")
+    backoff = spec.get("backoff", DEFAULTS["backoff"])
+    if not _real(backoff) or not 0 < backoff < 1:
+        problems.append(f"{where}['backoff'] must be a number between 0 and 1, both excluded (got {backoff!r}).")
+    tolerance = spec.get("tolerance", DEFAULTS["tolerance"])
+    if not _real(tolerance) or not 1 < tolerance <= 1000:
+        problems.append(f"{where}['tolerance'] must be a number above 1 (got {tolerance!r}).")
+    weight = options.get("weight", 1)
+    if _int(weight) and _int(low) and weight > low:  # type: ignore[operator]
+        problems.append(
+            f"SEMAPHORES[{name!r}]['weight'] ({weight}) is above its adaptive min ({low}): a request could "
+            "never fit once the limit came down."
+        )
+    return problems
+
+
+def keyed_problem(name: object, options: Mapping[str, Any]) -> str | None:
+    """E017: adaptive limits are for whole semaphores (one rule, one signal per change, site-wide)."""
+    if is_adaptive(options.get("limit")) and options.get("key") is not None:
+        return (
+            f"SEMAPHORES[{name!r}] has an adaptive limit and a 'key': adaptive limits apply to whole semaphores only."
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class AdaptiveLimit:
+    """The parameters of one semaphore's adaptive limit (seconds, as in settings)."""
+
+    min: int
+    max: int
+    initial: int
+    target: float | None = None
+    window: float = 1.0
+    backoff: float = 0.9
+    tolerance: float = 2.0
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> AdaptiveLimit:
+        values = {**DEFAULTS, **spec}
+        return cls(
+            min=values["min"],
+            max=values["max"],
+            initial=values["initial"],
+            target=None if values["target"] is None else float(values["target"]),
+            window=float(values["window"]),
+            backoff=float(values["backoff"]),
+            tolerance=float(values["tolerance"]),
+        )
+
+    def wire(self) -> str:
+        """The adaptive fields of the configuration argument (core/lua/common.lua's header), space first."""
+        target_ms = 0 if self.target is None else max(round(self.target * 1000), 1)
+        window_ms = max(round(self.window * 1000), 1)
+        return f" {self.min} {self.max} {self.initial} {target_ms} {window_ms} {self.backoff:.6f} {self.tolerance:.6f}"
+
+
+@dataclass(frozen=True)
+class AdaptiveStatus:
+    """Where an adaptive limit stands: the rule's limit, its bounds, and its last move."""
+
+    limit: int
+    min: int
+    max: int
+    initial: int
+    target_s: float | None
+    window_s: float
+    best_hold_s: float | None
+    changed_at_ms: int | None
+    reason: str | None
+
+    @classmethod
+    def read(cls, spec: AdaptiveLimit, state: Mapping[str, str]) -> AdaptiveStatus:
+        """From the state hash's fields (as text): the rule's limit is clamped as the scripts clamp it."""
+        raw = state.get("alimit")
+        limit = max(spec.min, min(spec.max, int(raw) if raw else spec.initial))
+        best = state.get("best")
+        changed = state.get("alimit_at")
+        return cls(
+            limit=limit,
+            min=spec.min,
+            max=spec.max,
+            initial=spec.initial,
+            target_s=spec.target,
+            window_s=spec.window,
+            best_hold_s=round(float(best) / 1000, 4) if best else None,
+            changed_at_ms=int(changed) if changed else None,
+            reason=state.get("alimit_why") or None,
+        )
+
+
+@dataclass(frozen=True)
+class LimitChange:
+    """The adaptive rule moved the limit, as a release's reply says (core/lua/release.lua)."""
+
+    old_limit: int
+    new_limit: int
+    reason: str
+
+
+def release_reply(reply: Any) -> tuple[bool, LimitChange | None]:
+    """A release's reply: whether the lease was held, and the limit's move if this release made one."""
+    if isinstance(reply, (list, tuple)):
+        released, old, new, reason = reply
+        text = reason.decode() if isinstance(reason, bytes) else str(reason)
+        return bool(released), LimitChange(int(old), int(new), text)
+    return bool(reply), None

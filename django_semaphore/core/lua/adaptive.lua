@@ -1,0 +1,85 @@
+-- ADAPTIVE LIMITS (part of the library's prelude, after common.lua; see docs/guides/adaptive-limits.md)
+--
+-- AIMD on hold time, decided by the server alone, so every process agrees on one limit. Holds are
+-- summed per window (`window` ms of server clock); the first release after a window has run its
+-- length decides once, then starts the next window:
+--   * a lease lost in the window (a holder that timed out), or the window's average hold above the
+--     target (without a target: above best * tolerance, best being the lowest window average seen,
+--     drifting up BEST_DRIFT per window so it can follow a backend that became slower for good):
+--     limit = max(min, floor(limit * backoff));
+--   * else, if the window's peak use reached half the limit (the limit was exercised: a limit nobody
+--     came near says nothing about what more load would do): limit = min(max, limit + 1);
+--   * else it stays.
+-- An operator's override pins the limit in force: windows still roll (and `best` still learns) but
+-- nothing changes, and nothing is left pending for when the override is cleared.
+
+local BEST_DRIFT = 1.01
+
+-- The window's figures so far, with what this script already wrote (plan.state) winning.
+local function window_value(st, name)
+  return tonumber(plan.state[name] or st[name]) or 0
+end
+
+-- Start a new window now.
+local function restart_window(ctx)
+  set_state('ws', ctx.now)
+  set_state('wsum', 0)
+  set_state('wn', 0)
+  set_state('wlost', 0)
+  set_state('wpeak', ctx.used)
+end
+
+-- A hold of `held_ms` ended (a release): it counts in the current window.
+local function record_hold(st, held_ms)
+  set_state('wsum', window_value(st, 'wsum') + held_ms)
+  set_state('wn', window_value(st, 'wn') + 1)
+end
+
+local function ms_text(value)
+  return string.format('%dms', math.floor(value + 0.5))
+end
+
+-- Decide at the end of a window; returns {old, new, why} when the rule moved the limit, else nil.
+-- `ctx.limit` follows the change, so the caller serves the line with a raised limit.
+local function adapt(ctx, cfg)
+  local a, st = cfg.adaptive, ctx.st
+  local started = tonumber(st.ws)
+  if started and ctx.now - started < a.window then
+    return nil
+  end
+  if not started then
+    restart_window(ctx)
+    return nil
+  end
+  local n, sum = window_value(st, 'wn'), window_value(st, 'wsum')
+  local avg = n > 0 and sum / n or nil
+  local best = tonumber(st.best)
+  local old = adaptive_limit(st, a)
+  local new, why = old, nil
+  local bound, bound_name = a.target, 'target'
+  if a.target == 0 then
+    bound, bound_name = best and best * a.tolerance, 'best x ' .. tostring(a.tolerance)
+  end
+  local peak = math.max(window_value(st, 'wpeak'), ctx.used_before)
+  if window_value(st, 'wlost') > 0 then
+    new, why = math.max(a.min, math.floor(old * a.backoff)), 'lease lost'
+  elseif avg and bound and avg > bound then
+    new, why = math.max(a.min, math.floor(old * a.backoff)),
+               'hold ' .. ms_text(avg) .. ' > ' .. bound_name .. ' ' .. ms_text(bound)
+  elseif avg and peak * 2 >= old then
+    new, why = math.min(a.max, old + 1), 'hold ' .. ms_text(avg) .. ' ok at peak ' .. peak .. '/' .. old
+  end
+  if avg then
+    best = best and math.min(avg, best * BEST_DRIFT) or avg
+    set_state('best', string.format('%.3f', best))
+  end
+  restart_window(ctx)
+  if tonumber(st.limit) or new == old then
+    return nil  -- pinned by an operator's override, or nothing to change
+  end
+  set_state('alimit', new)
+  set_state('alimit_at', ctx.now)
+  set_state('alimit_why', why)
+  ctx.limit = new
+  return {old, new, why}
+end

@@ -1,0 +1,43 @@
+"""The adaptive limit finds a backend's knee, from above and from below, across OS processes.
+
+The backend (benchmarks/knee.py) works 50 ms per request up to K = 8 in
+flight and longer with every request beyond; 24 clients in 4 processes
+press on it. Whatever the starting limit, the limit in force settles within
+20% of K, no grant is ever counted over the limit in force, and each change
+is signalled once, in one process.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from benchmarks import knee
+
+KNEE = knee.Knee(knee=8, base=0.05)
+SECONDS = 16.0
+
+
+def adaptive(low: int, high: int, initial: int) -> dict[str, Any]:
+    spec = {"min": low, "max": high, "initial": initial, "target": 0.055, "window": 0.25}
+    return {"limit": {"adaptive": spec}, "lease": 10}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("low", "high", "initial"), [(2, 64, 40), (1, 64, 1)], ids=["from-too-high", "from-too-low"])
+def test_the_limit_settles_near_the_knee(key_prefix: str, low: int, high: int, initial: int) -> None:
+    run = knee.run("tests.settings", key_prefix, adaptive(low, high, initial), KNEE, SECONDS)
+    settled = run.settled_limit(last=0.5)
+    limits = [limit for _, limit in run.limits]
+    assert KNEE.knee * 0.8 <= settled <= KNEE.knee * 1.2, (settled, limits)
+    assert min(limits) >= low and max(limits) <= high
+    assert run.over == 0
+    assert sum(1 for _, work in run.records if work is not None) > 100
+    # One signal per change, site-wide: the changes the processes heard form one unbroken chain
+    # from the initial limit (a change heard twice, or by nobody, would break it).
+    chain = [(old, new) for _, old, new in run.changes]
+    assert chain and chain[0][0] == initial
+    assert all(prev[1] == nxt[0] for prev, nxt in itertools.pairwise(chain)), chain
+    assert chain[-1][1] == limits[-1] or run.limits[-1][0] < run.changes[-1][0]
