@@ -1,8 +1,8 @@
 """A backend that slows down past a knee, for adaptive limits (benchmark and tests).
 
 Each request acquires a permit, counts itself in Redis (``inflight``), then
-works ``base * (1 + max(0, inflight - knee) / knee)`` seconds: flat up to the
-knee, then slower with every request beyond it, like a database past its
+works ``base * (1 + slope * max(0, inflight - knee) / knee)`` seconds: flat up
+to the knee, then slower with every request beyond it, like a database past its
 cores. Several OS processes of several threads each run it, so many
 processes share the semaphore as a site's workers would.
 """
@@ -25,13 +25,17 @@ STARTUP = 3.0
 
 @dataclass(frozen=True)
 class Knee:
-    """The backend's shape: ``knee`` requests at ``base`` seconds each, slower beyond."""
+    """The backend's shape: ``knee`` requests at ``base`` seconds each, slower beyond.
+
+    ``slope`` is how much slower: 1 doubles the work at twice the knee.
+    """
 
     knee: int = 8
     base: float = 0.05
+    slope: float = 1.0
 
     def work(self, inflight: int) -> float:
-        return self.base * (1 + max(0, inflight - self.knee) / self.knee)
+        return self.base * (1 + self.slope * max(0, inflight - self.knee) / self.knee)
 
 
 def now() -> float:
