@@ -384,3 +384,27 @@ def test_no_grant_is_ever_over_the_limit_in_force_under_churn_and_cuts() -> None
     assert over == []
     status = sem.status()
     assert 1 <= status.limit <= 8 and status.used == 0 and status.waiting == 0
+
+
+# -- "whole semaphores only" (E017) ------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="E017 only looks at the settings' 'key' option: get_semaphore(name, key=...) and "
+    "@semaphore(name, key=...) make partitions of an adaptive semaphore anyway, each running its own rule "
+    "(its own limit and signals, state that expires with the partition)",
+)
+def test_a_partition_of_an_adaptive_semaphore_is_refused_at_the_call_site(settings, adapted: Adapted) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_semaphore import get_semaphore
+
+    settings.SEMAPHORES = {"adp": {"limit": adaptive(initial=4), "lease": 30}}
+    try:
+        sem = get_semaphore("adp", key="user-1")
+    except (ImproperlyConfigured, ValueError):
+        return  # refused: what E017 promises
+    start(sem)
+    cycle(sem, count=2)  # exercised, fast, window over
+    assert [c["partition"] for c in adapted.changes] == [], "a per-key rule moved a per-key limit"
