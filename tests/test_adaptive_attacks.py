@@ -408,3 +408,32 @@ def test_a_partition_of_an_adaptive_semaphore_is_refused_at_the_call_site(settin
     start(sem)
     cycle(sem, count=2)  # exercised, fast, window over
     assert [c["partition"] for c in adapted.changes] == [], "a per-key rule moved a per-key limit"
+
+
+# -- without a target: the best window ---------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="holds are measured in whole ms, so a window of sub-millisecond holds has an average of 0 and sets "
+    "best = 0; 0 x 1.01 is 0, so best never drifts up again, and every later window with any hold (1 ms) is "
+    "'above best x tolerance': the limit is cut to min and throttled for ever",
+)
+def test_a_best_window_of_zero_still_drifts_up_to_follow_the_backend() -> None:
+    sem = make(name="zero", initial=6, min=1, max=8, target=None, tolerance=2.0, backoff=0.5)
+    start(sem)
+    for _ in range(20):  # a quiet spell: one instant hold per window (a health check, a cache hit)
+        cycle(sem)
+        status = sem.status()
+        if status.adaptive and status.adaptive.best_hold_s == 0:
+            break
+        window_passes()
+    else:
+        pytest.skip("no window averaged 0 ms on this machine")
+    for _ in range(6):  # the backend now answers in a steady 20 ms, the limit exercised
+        window_passes()
+        cycle(sem, hold=0.02, count=max(sem.status().limit // 2, 1))
+    status = sem.status()
+    assert status.adaptive is not None
+    assert status.adaptive.best_hold_s, "best is stuck at 0: it can never drift up to the backend's 20 ms"
+    assert status.limit > 1, "cut to min by every window, for good"
