@@ -23,6 +23,22 @@ DEFAULTS: dict[str, Any] = {"target": None, "window": 1.0, "backoff": 0.9, "tole
 FIELDS = ("min", "max", "initial", "target", "window", "backoff", "tolerance")
 
 
+def state_float(value: str | None) -> float | None:
+    """A number from the state hash, or None for a missing or garbled one, as the scripts' ``tonumber``
+    reads it: a field edited by hand, or half-written, must not break status for the operator."""
+    try:
+        number = float(value) if value else None
+    except ValueError:
+        return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def state_int(value: str | None) -> int | None:
+    """``state_float``, as a whole number."""
+    number = state_float(value)
+    return None if number is None else int(number)
+
+
 def is_adaptive(limit: object) -> bool:
     """The ``limit`` option is a dict, so an adaptive limit (whatever is wrong inside it: E016 says)."""
     return isinstance(limit, Mapping)
@@ -113,7 +129,9 @@ class AdaptiveLimit:
         """The adaptive fields of the configuration argument (core/lua/common.lua's header), space first."""
         target_ms = 0 if self.target is None else max(round(self.target * 1000), 1)
         window_ms = max(round(self.window * 1000), 1)
-        return f" {self.min} {self.max} {self.initial} {target_ms} {window_ms} {self.backoff:.6f} {self.tolerance:.6f}"
+        # repr: the shortest text that reads back as the same float (Lua's tonumber reads "1e-07" too), so
+        # a value the checks accept is never rounded to one the scripts refuse (0 or 1).
+        return f" {self.min} {self.max} {self.initial} {target_ms} {window_ms} {self.backoff!r} {self.tolerance!r}"
 
 
 @dataclass(frozen=True)
@@ -133,10 +151,9 @@ class AdaptiveStatus:
     @classmethod
     def read(cls, spec: AdaptiveLimit, state: Mapping[str, str]) -> AdaptiveStatus:
         """From the state hash's fields (as text): the rule's limit is clamped as the scripts clamp it."""
-        raw = state.get("alimit")
-        limit = max(spec.min, min(spec.max, int(raw) if raw else spec.initial))
-        best = state.get("best")
-        changed = state.get("alimit_at")
+        raw = state_int(state.get("alimit"))
+        limit = max(spec.min, min(spec.max, spec.initial if raw is None else raw))
+        best = state_float(state.get("best"))
         return cls(
             limit=limit,
             min=spec.min,
@@ -144,8 +161,8 @@ class AdaptiveStatus:
             initial=spec.initial,
             target_s=spec.target,
             window_s=spec.window,
-            best_hold_s=round(float(best) / 1000, 4) if best else None,
-            changed_at_ms=int(changed) if changed else None,
+            best_hold_s=None if best is None else round(best / 1000, 4),
+            changed_at_ms=state_int(state.get("alimit_at")),
             reason=state.get("alimit_why") or None,
         )
 

@@ -248,13 +248,15 @@ class Permit:
     def _settle_later(self) -> None:
         """The release's outcome is unknown (an outage, an interruption): give the permit back once Redis answers."""
         self.released = True
-        renewer.reconcile(self._calls.release(self.token, fence=self.fence), within=self.lease)
+        call = self._calls.release(self.token, fence=self.fence)
+        renewer.reconcile(call, within=self.lease, on_reply=self._report_change)
 
-    def _released(self, reply: Any) -> bool:
-        self.released = True
+    def _report_change(self, reply: Any) -> bool:
+        """Signal a limit change this release made; whether the lease was held."""
         was_held, change = release_reply(reply)
         if change is not None:
-            # Only the release that ended the window hears of the change: once per change, site-wide.
+            # Only the release that ended the window hears of the change (its retry, if the reply was
+            # lost, hears it again from the server): once per change, site-wide.
             signals.emit(
                 signals.semaphore_limit_adapted,
                 name=self.name,
@@ -263,6 +265,11 @@ class Permit:
                 new_limit=change.new_limit,
                 reason=change.reason,
             )
+        return was_held
+
+    def _released(self, reply: Any) -> bool:
+        self.released = True
+        was_held = self._report_change(reply)
         signals.emit(
             signals.semaphore_released,
             name=self.name,

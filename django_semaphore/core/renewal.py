@@ -27,8 +27,9 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import BackendUnavailable
 
@@ -56,6 +57,8 @@ class Settlement:
     call: ScriptCall
     give_up_at: float
     next_try: float
+    # What to do with the reply once it comes (a release's: report a limit change it made).
+    on_reply: Callable[[Any], None] | None = None
 
 
 class Background:
@@ -102,14 +105,14 @@ class Background:
 
     # -- reconciliation ---------------------------------------------------
 
-    def reconcile(self, call: ScriptCall, within: float) -> None:
-        """Run ``call`` once Redis answers, retrying for at most ``within`` seconds."""
+    def reconcile(self, call: ScriptCall, within: float, on_reply: Callable[[Any], None] | None = None) -> None:
+        """Run ``call`` once Redis answers, retrying for at most ``within`` seconds; then ``on_reply(reply)``."""
         now = time.monotonic()
         with self._wakeup:
             if len(self._pending) >= MAX_PENDING:
                 dropped = self._pending.popleft()
                 logger.warning("Too many unsettled calls; dropping %s (its lease or heartbeat ends it)", dropped.call)
-            self._pending.append(Settlement(call, now + within, now + RETRY_AFTER_ERROR))
+            self._pending.append(Settlement(call, now + within, now + RETRY_AFTER_ERROR, on_reply))
             self._ensure_thread()
             if now + RETRY_AFTER_ERROR < self._asleep_until:
                 self._wakeup.notify()
@@ -178,7 +181,9 @@ class Background:
             if now > job.give_up_at:
                 continue
             try:
-                scripts.run(get_client(), job.call)
+                reply = scripts.run(get_client(), job.call)
+                if job.on_reply is not None:
+                    job.on_reply(reply)
             except Exception as exc:
                 if not is_outage(exc):  # a bug must not kill the thread that guards every permit
                     logger.exception("Settling %s failed", job.call)

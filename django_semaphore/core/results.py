@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .adaptive import AdaptiveLimit, AdaptiveStatus
+from .adaptive import AdaptiveLimit, AdaptiveStatus, state_int
 
 # The acquire script's reply codes (see core/lua/acquire.lua).
 GRANTED, RENEWED, QUEUED, FULL, TOO_HEAVY, TOO_LATE, OTHER_WEIGHT = 1, 2, 3, 0, -1, -2, -3
@@ -193,7 +193,9 @@ class SemaphoreStatus:
     ) -> SemaphoreStatus:
         now, limit, flat, holder_count, waiting, listed, samples = reply
         text = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
-        state = {key: int(value) for key, value in text.items() if key not in TEXT_FIELDS}
+        # Garbled fields read as missing, as the scripts read them.
+        numbers = {key: state_int(value) for key, value in text.items() if key not in TEXT_FIELDS}
+        state = {key: number for key, number in numbers.items() if number is not None}
         holders = [Holder.parse(*listed[i : i + 3]) for i in range(0, len(listed), 3)]
         return cls(
             name=name,

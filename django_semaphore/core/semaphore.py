@@ -104,6 +104,13 @@ class Semaphore:
         self.name = config.name
         self.key = key
         self.partition = partition if partition is not None else (None if key is None else hash_partition(key))
+        if config.adaptive is not None and self.partition is not None:
+            # One rule per key would move one limit per key, each with its own signals (what E017 refuses
+            # in settings); a key given at the call site must not do it either.
+            raise ValueError(
+                f"Semaphore {config.name!r} has an adaptive limit, which applies to the whole semaphore only: "
+                "it cannot be partitioned by a key."
+            )
         self.keys = SemaphoreKeys.build(key_prefix(), self.name, self.partition)
         self.calls = Calls(self.keys, config.wire(self.partition is not None))
 

@@ -10,10 +10,16 @@
 --   * else, if the window's peak use reached half the limit (the limit was exercised: a limit nobody
 --     came near says nothing about what more load would do): limit = min(max, limit + 1);
 --   * else it stays.
+-- `best` is learnt from exercised windows only (a quiet spell says nothing about the backend under load)
+-- and is at least BEST_FLOOR_MS. A window that starts in the server's future (a failover to a server
+-- whose clock is behind) is started again from now.
 -- An operator's override pins the limit in force: windows still roll (and `best` still learns) but
 -- nothing changes, and nothing is left pending for when the override is cleared.
 
 local BEST_DRIFT = 1.01
+-- Holds are whole milliseconds: a window of instant holds averages 0, and a best of 0 would never drift
+-- up (0 x 1.01), so best is at least this.
+local BEST_FLOOR_MS = 1
 
 -- The window's figures so far, with what this script already wrote (plan.state) winning.
 local function window_value(st, name)
@@ -44,10 +50,12 @@ end
 local function adapt(ctx, cfg)
   local a, st = cfg.adaptive, ctx.st
   local started = tonumber(st.ws)
-  if started and ctx.now - started < a.window then
+  if started and started <= ctx.now and ctx.now - started < a.window then
     return nil
   end
-  if not started then
+  if not started or started > ctx.now then
+    -- No window yet, or one that starts in this server's future (state written by a primary whose
+    -- clock ran ahead, before a failover; a clock stepped back): waiting for it would freeze the rule.
     restart_window(ctx)
     return nil
   end
@@ -69,8 +77,10 @@ local function adapt(ctx, cfg)
   elseif avg and peak * 2 >= old then
     new, why = math.min(a.max, old + 1), 'hold ' .. ms_text(avg) .. ' ok at peak ' .. peak .. '/' .. old
   end
-  if avg then
-    best = best and math.min(avg, best * BEST_DRIFT) or avg
+  if avg and peak * 2 >= old then
+    -- Learnt from exercised windows only: a quiet spell of health checks or cache hits says nothing
+    -- about how fast the backend is under load, and would throttle the traffic that follows.
+    best = math.max(best and math.min(avg, best * BEST_DRIFT) or avg, BEST_FLOOR_MS)
     set_state('best', string.format('%.3f', best))
   end
   restart_window(ctx)
@@ -80,6 +90,22 @@ local function adapt(ctx, cfg)
   set_state('alimit', new)
   set_state('alimit_at', ctx.now)
   set_state('alimit_why', why)
+  set_state('alimit_old', old)
+  set_state('alimit_by', ctx.decider or '')
   ctx.limit = new
   return {old, new, why}
+end
+
+-- The change a release decided, if `decider` (its "token|fence") is the one that made the last change:
+-- a release retried after its reply was lost reports the change its first run made, so the signal is
+-- still sent once.
+local function change_made_by(st, decider)
+  if decider == '' or field(st, 'alimit_by') ~= decider then
+    return nil
+  end
+  local old, new = tonumber(field(st, 'alimit_old')), tonumber(st.alimit)
+  if not old or not new then
+    return nil
+  end
+  return {old, new, field(st, 'alimit_why') or ''}
 end

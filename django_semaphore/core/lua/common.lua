@@ -91,7 +91,7 @@ local function read_adaptive(rest)
     return nil
   end
   local low, high, initial, target, window, backoff, tolerance =
-    string.match(rest, '^ (%d+) (%d+) (%d+) (%d+) (%d+) ([%d%.]+) ([%d%.]+)$')
+    string.match(rest, '^ (%d+) (%d+) (%d+) (%d+) (%d+) (%S+) (%S+)$')
   if not low then
     fail('bad adaptive configuration ' .. rest)
   end

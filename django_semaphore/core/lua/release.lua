@@ -9,8 +9,10 @@
 --         call holds under the same identity)
 -- ARGV[4] fence, or '': only the grant with this fence goes back (a release retried after its
 --         reply was lost, which must not take a later grant under the same identity)
--- With either, the caller is unsure what the token holds: nothing is counted as refused or lost,
--- and the adaptive rule decides nothing (its caller may not read the reply).
+-- With either, the caller is unsure what the token holds: nothing is counted as refused or lost.
+-- The adaptive rule decides on a release with its fence (a retry whose reply is read, and signalled),
+-- and a retry that finds its first run made the last change reports that change again; a clean-up
+-- with a nonce (an acquire's, whose caller does not read the reply) decides nothing.
 --
 -- Reply: 1 if the lease was still held (and is given back now), else 0; or, when this release
 -- ended an adaptive window and the rule moved the limit (adaptive.lua), {released, old_limit,
@@ -54,9 +56,16 @@ elseif (nonce == '' or info.nonce == nonce) and (fence == '' or info.fence == fe
   end
 end
 local change = nil
-if cfg.adaptive and not unsure then
+if cfg.adaptive and nonce == '' then
   -- Before serving the line: a raised limit serves it at once.
-  change = adapt(ctx, cfg)
+  local decider = info and (token .. '|' .. info.fence) or ''
+  if fence ~= '' then
+    change = change_made_by(st, token .. '|' .. fence)
+  end
+  if not change then
+    ctx.decider = decider
+    change = adapt(ctx, cfg)
+  end
 end
 serve_line(ctx, line, cfg)
 sample(ctx, cfg, line.waiting)
