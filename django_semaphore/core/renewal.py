@@ -58,7 +58,7 @@ class Settlement:
     give_up_at: float
     next_try: float
     # What to do with the reply once it comes (a release's: report a limit change it made).
-    on_reply: Callable[[Any], None] | None = None
+    on_reply: Callable[[Any], object] | None = None
 
 
 class Background:
@@ -105,7 +105,7 @@ class Background:
 
     # -- reconciliation ---------------------------------------------------
 
-    def reconcile(self, call: ScriptCall, within: float, on_reply: Callable[[Any], None] | None = None) -> None:
+    def reconcile(self, call: ScriptCall, within: float, on_reply: Callable[[Any], object] | None = None) -> None:
         """Run ``call`` once Redis answers, retrying for at most ``within`` seconds; then ``on_reply(reply)``."""
         now = time.monotonic()
         with self._wakeup:
