@@ -399,9 +399,8 @@ def chaos_worker(prefix: str, url: str, name: str, limit: int, fair: bool, durat
     settings.SEMAPHORE_CONNECTION = url
     settings.SEMAPHORE_WAITER_TTL = random.Random(seed).choice([0.1, 0.5, 1.0])
     rng = random.Random(seed)
-    referee = redis.Redis.from_url(os.environ["REDIS_URL"])
+    referee = workers.Referee(redis.Redis.from_url(os.environ["REDIS_URL"]), prefix + name + ":", limit)
     sem = make(name, limit, lease=2, fair=fair)
-    inside, over, entries = prefix + name + ":inside", prefix + name + ":over", prefix + name + ":entries"
     end = time.monotonic() + duration
     while time.monotonic() < end:
         weight = rng.randint(1, limit)
@@ -411,11 +410,8 @@ def chaos_worker(prefix: str, url: str, name: str, limit: int, fair: bool, durat
             continue
         if permit is None:
             continue
-        if referee.incrby(inside, weight) > limit:
-            referee.incr(over)
-        referee.incr(entries)
-        time.sleep(rng.uniform(0, 0.03))
-        referee.decrby(inside, weight)
+        with referee.entered(weight):
+            time.sleep(rng.uniform(0, 0.03))
         with contextlib.suppress(BackendUnavailable):
             permit.release()
 

@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import redis
 
 
 def setup(prefix: str, skew: float = 0.0) -> None:
@@ -19,6 +25,28 @@ def setup(prefix: str, skew: float = 0.0) -> None:
     django.setup()
 
 
+class Referee:
+    """The contention tests' own count of who is inside, kept in Redis apart from the semaphore.
+
+    Each entry adds its weight to ``<base>inside`` while it is in; an entry that finds more than
+    ``limit`` there is counted in ``<base>over``, the number every contention test asserts is 0.
+    """
+
+    def __init__(self, client: redis.Redis, base: str, limit: int) -> None:
+        self.client, self.limit = client, limit
+        self.inside, self.over, self.entries = base + "inside", base + "over", base + "entries"
+
+    @contextmanager
+    def entered(self, weight: int = 1) -> Iterator[None]:
+        if self.client.incrby(self.inside, weight) > self.limit:
+            self.client.incr(self.over)
+        self.client.incr(self.entries)
+        try:
+            yield
+        finally:
+            self.client.decrby(self.inside, weight)
+
+
 def hammer(prefix: str, limit: int, duration: float, skew: float, seed: int) -> None:
     """Acquire, count ourselves inside, hold briefly, leave; as fast as possible."""
     setup(prefix, skew)
@@ -30,18 +58,14 @@ def hammer(prefix: str, limit: int, duration: float, skew: float, seed: int) -> 
 
     rng = random.Random(seed)
     sem = Semaphore(SemaphoreConfig.from_options("contended", {"limit": limit, "lease": 10}))
-    counter = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
-    inside, entries, over = prefix + "inside", prefix + "entries", prefix + "over"
+    referee = Referee(redis.Redis.from_url(settings.CACHES["default"]["LOCATION"]), prefix, limit)
     end = time.monotonic() + duration
     while time.monotonic() < end:
         permit = sem.acquire(wait=rng.choice([0, 0, 0.2]), weight=1)
         if permit is None:
             continue
-        if counter.incr(inside) > limit:
-            counter.incr(over)
-        counter.incr(entries)
-        time.sleep(rng.uniform(0, 0.002))
-        counter.decr(inside)
+        with referee.entered():
+            time.sleep(rng.uniform(0, 0.002))
         permit.release()
 
 
@@ -77,18 +101,14 @@ def take_turns(
 
     rng = random.Random(seed)
     sem = Semaphore(SemaphoreConfig.from_options(name, {"limit": 1, "lease": lease}))
-    counter = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
-    inside, entries, over = prefix + "inside", prefix + "entries", prefix + "over"
+    referee = Referee(redis.Redis.from_url(settings.CACHES["default"]["LOCATION"]), prefix, 1)
     end = time.monotonic() + duration
     while time.monotonic() < end:
         permit = sem.acquire(wait=2, auto_renew=auto_renew)
         if permit is None:
             continue
-        if counter.incr(inside) > 1:
-            counter.incr(over)
-        counter.incr(entries)
-        time.sleep(rng.uniform(0.2, 0.3))
-        counter.decr(inside)
+        with referee.entered():
+            time.sleep(rng.uniform(0.2, 0.3))
         permit.release()
 
 
@@ -107,15 +127,12 @@ def wait_then_enter(
     from django_semaphore.core.conf import SemaphoreConfig
 
     sem = Semaphore(SemaphoreConfig.from_options(name, {"limit": 1, "lease": lease}))
-    counter = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    referee = Referee(redis.Redis.from_url(settings.CACHES["default"]["LOCATION"]), prefix, 1)
     permit = sem.acquire(wait=30, auto_renew=auto_renew)
     if permit is None:
         return
-    if counter.incr(prefix + "inside") > 1:
-        counter.incr(prefix + "over")
-    counter.incr(prefix + "entries")
-    time.sleep(hold)
-    counter.decr(prefix + "inside")
+    with referee.entered():
+        time.sleep(hold)
     permit.release()
 
 
@@ -134,7 +151,7 @@ def contend_on_cluster(prefix: str, port: int, name: str, limit: int, duration: 
     rng = random.Random(seed)
     sem = Semaphore(SemaphoreConfig.from_options(name, {"limit": limit, "lease": 2}))
     counter = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
-    inside, entries, over, errors = prefix + "inside", prefix + "entries", prefix + "over", prefix + "unavailable"
+    referee, errors = Referee(counter, prefix, limit), prefix + "unavailable"
     end = time.monotonic() + duration
     while time.monotonic() < end:
         weight = rng.randint(1, limit)
@@ -146,11 +163,8 @@ def contend_on_cluster(prefix: str, port: int, name: str, limit: int, duration: 
             continue
         if permit is None:
             continue
-        if counter.incrby(inside, weight) > limit:
-            counter.incr(over)
-        counter.incr(entries)
-        time.sleep(rng.uniform(0, 0.02))
-        counter.decrby(inside, weight)
+        with referee.entered(weight):
+            time.sleep(rng.uniform(0, 0.02))
         try:
             permit.release()
         except BackendUnavailable:
@@ -169,14 +183,12 @@ def call_guarded(prefix: str, limit: int, duration: float, seed: int) -> None:
 
     rng = random.Random(seed)
     counter = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    referee = Referee(counter, prefix, limit)
 
     @guarded_by("partner", wait=0)
     def call_partner() -> None:
-        if counter.incr(prefix + "inside") > limit:
-            counter.incr(prefix + "over")
-        counter.incr(prefix + "entries")
-        time.sleep(rng.uniform(0, 0.01))
-        counter.decr(prefix + "inside")
+        with referee.entered():
+            time.sleep(rng.uniform(0, 0.01))
 
     end = time.monotonic() + duration
     while time.monotonic() < end:
