@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from django_semaphore.testing import free_port
+from django_semaphore.testing import free_port, stop_process
 
 from .runtime import Bench, ping_rtt
 
@@ -95,12 +95,7 @@ def run(bench: Bench, seconds: float, repeats: int, wrk: bool = False) -> dict[s
             for view in VIEWS:
                 rates[view].append(measure(port, f"/{view}", seconds))
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_process(server)
 
     def added(view: str) -> float:
         return statistics.median(1 / g - 1 / b for b, g in zip(rates["bare"], rates[view], strict=True))

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from django_semaphore.testing import RedisServer, free_port
+from django_semaphore.testing import RedisServer, free_port, stop_process
 from example_project import loadgen
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,17 +73,8 @@ def started(setup: Setup, port: int, env: dict[str, str]) -> subprocess.Popen[by
                 return server
         except OSError:
             time.sleep(0.2)
-    stop(server)
+    stop_process(server, timeout=15)
     raise RuntimeError(f"{setup.label}: no answer within 30 s")
-
-
-def stop(server: subprocess.Popen[bytes]) -> None:
-    server.terminate()
-    try:
-        server.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
 
 
 def measure(concurrency: int, duration: float) -> list[tuple[str, loadgen.Tally]]:
@@ -103,7 +94,7 @@ def measure(concurrency: int, duration: float) -> list[tuple[str, loadgen.Tally]
                 base = f"http://127.0.0.1:{port}"
                 tallies = asyncio.run(loadgen.run(base, [setup.path], concurrency, duration, quiet))
             finally:
-                stop(server)
+                stop_process(server, timeout=15)
             rows.append((setup.label, tallies[setup.path]))
     return rows
 

@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from django_semaphore.testing import RedisServer, free_port  # noqa: E402
+from django_semaphore.testing import RedisServer, free_port, stop_process  # noqa: E402
 
 DEMO_USER, DEMO_PASSWORD = "admin", "admin"
 DEFAULT_PORT = 8000
@@ -46,18 +46,6 @@ from example_project.shop.tasks import refresh_supplier_prices
 prices = refresh_supplier_prices.delay(0).get(timeout=60)
 print(f"Smoke test: the worker ran a supplier task ({len(prices)} prices); stopping.")
 """
-
-
-def stop(process: subprocess.Popen[bytes] | None) -> None:
-    """Stop a process the demo started, by its pid: politely, then for good."""
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -182,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nStopping.")
     finally:
-        stop(site)
-        stop(worker)
+        stop_process(site, timeout=20)
+        stop_process(worker, timeout=20)
         server.close()
     return 0
 
