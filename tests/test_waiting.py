@@ -166,8 +166,11 @@ def test_a_wait_ends_on_time_whatever_the_servers_timer(slow_timer_server: Redis
         overruns.append(time.monotonic() - started - wait)
         assert attempt.permit is None
     overruns.sort()
-    # p96 of 25 runs within 20 ms of the deadline (README, "Waiting and fairness").
-    assert overruns[-2] < 0.02, [round(o, 4) for o in overruns]
+    # The server's timer would end a BLPOP up to a second late (hz 1): the client's own deadline ends
+    # it instead. Bounds far from both, so a busy machine's scheduling noise does not decide the test
+    # (the benchmarks measure the lateness itself: README, "Waiting and fairness").
+    assert overruns[len(overruns) // 2] < 0.05, [round(o, 4) for o in overruns]
+    assert overruns[-1] < 0.25, [round(o, 4) for o in overruns]
     status = sem.status()
     assert status.used == 1 and status.waiting == 0
 
