@@ -11,7 +11,7 @@ Errors:
 - E007 a middleware rule names a semaphore ``SEMAPHORES`` does not declare.
 - E008 a middleware rule names a URL the URLconf does not have.
 - E009 a middleware rule is malformed (field, mode, regex, wait, weight).
-- E010 an app-wide ``SEMAPHORE_*`` setting has a wrong value.
+- E010 an app-wide ``SEMAPHORE_*`` setting has a wrong value (``SEMAPHORE_OUTAGE_LOG_INTERVAL`` included).
 - E011 ``SEMAPHORE_PARTITION_IDLE`` is not a positive number of seconds.
 - E012 a middleware rule's or a routed view's ``@semaphore`` weight is above the
   semaphore's declared limit (every such request would be turned away).
@@ -73,6 +73,11 @@ def _error(number: int, msg: str, hint: str) -> Error:
 
 def _warning(number: int, msg: str, hint: str) -> Warning:
     return Warning(msg, hint=hint, id=f"{APP}.W{number:03d}")
+
+
+def _number(value: object) -> bool:
+    """A real, finite number (bools and NaN are not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _importable(path: object) -> bool:
@@ -211,6 +216,13 @@ def check_app_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         value = app_setting(setting)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
             bad(setting, "must be a number of seconds > 0.", "The default is fine for most sites.")
+    interval = app_setting("SEMAPHORE_OUTAGE_LOG_INTERVAL")
+    if not _number(interval) or not 0 < interval <= MAX_SECONDS:
+        bad(
+            "SEMAPHORE_OUTAGE_LOG_INTERVAL",
+            f"must be a number of seconds > 0, not {interval!r}.",
+            "It is how often a Redis outage is summarised in the log; the default, 60, suits most sites.",
+        )
     for setting in ("SEMAPHORE_VIEW", "SEMAPHORE_MIDDLEWARE_BYPASS"):
         value = app_setting(setting)
         if value is not None and not _importable(value):

@@ -165,6 +165,9 @@ def test_e006_for_a_rule_key(settings) -> None:
         ("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS", ["(["]),
         ("SEMAPHORE_503_LOG_LEVEL", "LOUD"),
         ("SEMAPHORE_503_LOG_LEVEL", 30),
+        ("SEMAPHORE_OUTAGE_LOG_INTERVAL", 0),
+        ("SEMAPHORE_OUTAGE_LOG_INTERVAL", float("nan")),
+        ("SEMAPHORE_OUTAGE_LOG_INTERVAL", "60"),
     ],
 )
 def test_e010_app_settings(settings, setting: str, value: object) -> None:

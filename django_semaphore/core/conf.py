@@ -42,6 +42,8 @@ APP_DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_RATELIMIT_HEADERS": False,
     # Seconds a keyed semaphore's partition keeps its keys after its last lease ends.
     "SEMAPHORE_PARTITION_IDLE": 86400.0,
+    # Seconds between two summaries of a Redis outage in one process's log (core/outages.py).
+    "SEMAPHORE_OUTAGE_LOG_INTERVAL": 60.0,
 }
 
 
