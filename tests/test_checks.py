@@ -305,6 +305,7 @@ def test_e015_runs_only_on_deploy_and_passes_with_redis_up() -> None:
     assert redis_check.check_redis_reachable() == []
 
 
+@pytest.mark.processes
 def test_e015_redis_down_fails_check_deploy_but_not_plain_check(settings, own_server) -> None:
     own_server.stop()
     assert "no issues" in run_check()  # makemigrations, migrate and runserver still work without Redis

@@ -126,6 +126,7 @@ def test_backend_unavailable_raised_in_a_view_becomes_503_not_500(client: Client
     assert response.status_code == 503 and response["Retry-After"] == "5"
 
 
+@pytest.mark.processes
 @pytest.mark.django_db  # response.close() sends request_finished, which tidies database connections
 def test_server_stopped_mid_test(client: Client, settings, own_server: RedisServer, events, caplog) -> None:
     declare(settings, guarded={"on_error": "allow"})
