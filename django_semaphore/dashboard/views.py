@@ -27,6 +27,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from ..ascii_numbers import ascii_int
 from ..core.conf import MAX_LIMIT
 from ..core.errors import OUTAGE_ERRORS, is_refusal, reason
 from ..core.overview import (
@@ -405,13 +406,15 @@ def _limit_confirmation(
 
 
 def _limit_value(raw: str) -> int:
+    """The form's limit: ASCII digits only ("\u0663" and "\uff13" would otherwise be 3)."""
     try:
-        value = int(raw)
+        value = ascii_int(raw)
     except ValueError:
         value = 0
     if not 1 <= value <= MAX_LIMIT:
         raise BadRequest(
-            _("A limit must be a whole number from 1 to %(max)d; to stop new grants, use Pause.") % {"max": MAX_LIMIT}
+            _("A limit must be a whole number from 1 to %(max)d, in the digits 0-9; to stop new grants, use Pause.")
+            % {"max": MAX_LIMIT}
         )
     return value
 
