@@ -19,6 +19,10 @@ Errors:
 - E014 ``SEMAPHORE_ASYNC_CONNECTION`` is neither None, a callable nor an importable dotted path.
 - E016 an adaptive ``limit`` has a wrong shape, type or range (or a weight above its min).
 - E017 a keyed semaphore has an adaptive limit (whole semaphores only).
+- E018 a ``SEMAPHORES`` entry, an option dict inside one (an adaptive ``limit``) or a
+  middleware rule has a key no option reads (a misspelling): the message names the
+  closest known option. At run time such a key is ignored with one warning (a
+  rolling deploy may bring a newer release's option to an older process).
 
 Not checked: ``replicas`` > 0 with a Redis Cluster connection factory, which
 only calling the factory (opening a connection) would reveal; the first
@@ -55,10 +59,10 @@ from django.utils.module_loading import import_string
 from . import response_log
 from .admission import MODES
 from .core.adaptive import adaptive_problems, is_adaptive, keyed_problem
-from .core.conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, declared, option_problems
+from .core.conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, declared, option_problems, unknown_option_problems
 from .core.keys import check_prefix
 from .request_keys import client_chosen, key_problem
-from .rules import as_strings, rule_problems, uses_middleware
+from .rules import as_strings, rule_problems, unknown_rule_fields, uses_middleware
 
 APP = "django_semaphore"
 MIDDLEWARE_PATH = "django_semaphore.middleware.SemaphoreMiddleware"
@@ -180,6 +184,7 @@ def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             messages.append(_error(5, problem, "See the docs, reference/settings.md."))
         if not isinstance(options, Mapping):
             continue
+        messages += [_error(18, problem, _UNKNOWN_HINT) for problem in unknown_option_problems(name, options)]
         hint = "See the docs, guides/adaptive-limits.md."
         messages += [_error(16, problem, hint) for problem in adaptive_problems(name, options)]
         keyed = keyed_problem(name, options)
@@ -196,6 +201,7 @@ def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     return messages
 
 
+_UNKNOWN_HINT = "Fix the spelling, or remove the key: it is ignored at run time (see the docs, reference/settings.md)."
 _KEY_HINT = "Use 'ip', 'user', 'user_or_ip', 'header:<name>', 'get:<param>', a callable or its dotted path."
 
 
@@ -316,6 +322,7 @@ def check_middleware_rules(app_configs: Any = None, **kwargs: Any) -> list[Check
     for index, raw in enumerate(raw_rules):
         problems = rule_problems(index, raw)
         messages += [_error(9, problem, f"Each rule's mode is one of {MODES}.") for problem in problems]
+        messages += [_error(18, problem, _UNKNOWN_HINT) for problem in unknown_rule_fields(index, raw)]
         if not isinstance(raw, Mapping):
             continue
         name = raw.get("semaphore")

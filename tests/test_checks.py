@@ -135,7 +135,6 @@ def test_e008_rule_names_an_unknown_url(settings) -> None:
         {"semaphore": "reports", "path": "(["},
         {"semaphore": "reports", "wait": -1},
         {"semaphore": "reports", "weight": 0},
-        {"semaphore": "reports", "url": "typo"},
         {"url_name": "surface:plain"},
         "reports",
     ],
