@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import redis
@@ -219,3 +220,31 @@ def test_the_engine_stays_quiet_while_redis_answers(settings, caplog) -> None:
         for thread in threads:
             thread.join()
     assert semaphore_records(caplog) == []
+
+
+def test_the_failure_policy_pages_example_is_what_the_log_says(settings, caplog) -> None:
+    """docs/guides/failure-policy.md shows a 95 s outage's records: these are the ones this code writes for it."""
+    settings.SEMAPHORES = {"reports": {"limit": 4, "on_error": "allow"}, "billing": {"limit": 2, "on_error": "deny"}}
+    settings.SEMAPHORE_OUTAGE_LOG_INTERVAL = 60
+    clock = Clock()
+    clock.now = 0.0
+    log = OutageLog(clock)
+
+    error = down("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    with caplog.at_level(logging.DEBUG, logger="django_semaphore"):
+        for tenth in range(950):  # ten calls a second for 95 s
+            clock.now = tenth / 10
+            if tenth == 0:
+                log.unavailable("reports", error, LET_THROUGH, where="GET /reports/export/")
+            elif tenth % 4 == 0:
+                log.unavailable("billing", error, REFUSED)
+            else:
+                log.unavailable("reports", error, LET_THROUGH)
+            if tenth in (30, 500):
+                log.unavailable("reports", error, RELEASE)
+        clock.now = 95.3
+        log.answered()
+    written = [f"WARNING {r.name}: {r.getMessage()}" for r in caplog.records if r.name == "django_semaphore.outages"]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "failure-policy.md").read_text()
+    shown = page.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    assert written == shown

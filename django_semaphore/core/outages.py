@@ -144,7 +144,7 @@ class OutageLog:
 
     def _begin(self, now: float, error: BaseException) -> None:
         self._started = self._last_record = now
-        self._cause = for_log(reason(error))
+        self._cause = for_log(reason(error)).rstrip(".")
         self._announced = False
         self._since_record, self._total, self._flaps = {}, {}, 0
 
