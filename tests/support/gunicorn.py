@@ -9,10 +9,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from django_semaphore.testing import _stop_with_parent, free_port, stop_process
+
+from .servers import _Group
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class Gunicorn:
+class Gunicorn(_Group):
     """``gunicorn`` with ``settings`` (a module path), ``workers`` x ``threads`` (gthread when threads > 1)."""
 
     def __init__(self, settings: str, *, env: dict[str, str], workers: int = 1, threads: int = 4) -> None:
@@ -65,17 +66,6 @@ class Gunicorn:
                 time.sleep(0.1)
         raise RuntimeError("gunicorn did not answer within 60 s")
 
-    def stop(self) -> None:
+    def close(self) -> None:
+        """Stop the server this object started, by its pid (SIGTERM, then SIGKILL)."""
         stop_process(self.process, timeout=15)
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
