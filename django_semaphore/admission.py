@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
 from . import failure, outcomes
@@ -22,6 +23,7 @@ from .core.permit import Permit
 from .core.semaphore import Attempt, Semaphore, get_semaphore
 from .exceptions import BackendUnavailable, SemaphoreFull, WeightAboveLimit
 from .guards import agive_back, give_back
+from .request_body import must_read_ahead, read_ahead
 from .request_keys import NOT_LIMITED, akey_for, key_for
 from .safe_text import for_log
 
@@ -188,6 +190,7 @@ def admit(
     semaphore = _partition(whole, value)
     if semaphore is None:
         return skipped(request, name, outcomes.NOT_LIMITED, mode)
+    read_ahead(request)  # a slow sender holds no permit while its body arrives
     try:
         attempt = semaphore.attempt(**_options(request, semaphore, mode, wait, weight))
     except BackendUnavailable as exc:
@@ -214,6 +217,8 @@ async def aadmit(
     semaphore = _partition(whole, value)
     if semaphore is None:
         return skipped(request, name, outcomes.NOT_LIMITED, mode)
+    if must_read_ahead(request):  # an async view under WSGI; never under ASGI, which has read the body
+        await sync_to_async(read_ahead)(request)
     try:
         attempt = await semaphore.aattempt(**_options(request, semaphore, mode, wait, weight))
     except BackendUnavailable as exc:

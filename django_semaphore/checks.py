@@ -11,7 +11,7 @@ Errors:
 - E007 a middleware rule names a semaphore ``SEMAPHORES`` does not declare.
 - E008 a middleware rule names a URL the URLconf does not have.
 - E009 a middleware rule is malformed (field, mode, regex, wait, weight).
-- E010 an app-wide ``SEMAPHORE_*`` setting has a wrong value.
+- E010 an app-wide ``SEMAPHORE_*`` setting has a wrong value (``SEMAPHORE_OUTAGE_LOG_INTERVAL`` included).
 - E011 ``SEMAPHORE_PARTITION_IDLE`` is not a positive number of seconds.
 - E012 a middleware rule's or a routed view's ``@semaphore`` weight is above the
   semaphore's declared limit (every such request would be turned away).
@@ -19,6 +19,10 @@ Errors:
 - E014 ``SEMAPHORE_ASYNC_CONNECTION`` is neither None, a callable nor an importable dotted path.
 - E016 an adaptive ``limit`` has a wrong shape, type or range (or a weight above its min).
 - E017 a keyed semaphore has an adaptive limit (whole semaphores only).
+- E018 a ``SEMAPHORES`` entry, an option dict inside one (an adaptive ``limit``) or a
+  middleware rule has a key no option reads (a misspelling): the message names the
+  closest known option. At run time such a key is ignored with one warning (a
+  rolling deploy may bring a newer release's option to an older process).
 
 Not checked: ``replicas`` > 0 with a Redis Cluster connection factory, which
 only calling the factory (opening a connection) would reveal; the first
@@ -55,10 +59,10 @@ from django.utils.module_loading import import_string
 from . import response_log
 from .admission import MODES
 from .core.adaptive import adaptive_problems, is_adaptive, keyed_problem
-from .core.conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, declared, option_problems
+from .core.conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, declared, option_problems, unknown_option_problems
 from .core.keys import check_prefix
 from .request_keys import client_chosen, key_problem
-from .rules import as_strings, rule_problems, uses_middleware
+from .rules import as_strings, rule_problems, unknown_rule_fields, uses_middleware
 
 APP = "django_semaphore"
 MIDDLEWARE_PATH = "django_semaphore.middleware.SemaphoreMiddleware"
@@ -73,6 +77,11 @@ def _error(number: int, msg: str, hint: str) -> Error:
 
 def _warning(number: int, msg: str, hint: str) -> Warning:
     return Warning(msg, hint=hint, id=f"{APP}.W{number:03d}")
+
+
+def _number(value: object) -> bool:
+    """A real, finite number (bools and NaN are not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _importable(path: object) -> bool:
@@ -175,6 +184,7 @@ def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             messages.append(_error(5, problem, "See the docs, reference/settings.md."))
         if not isinstance(options, Mapping):
             continue
+        messages += [_error(18, problem, _UNKNOWN_HINT) for problem in unknown_option_problems(name, options)]
         hint = "See the docs, guides/adaptive-limits.md."
         messages += [_error(16, problem, hint) for problem in adaptive_problems(name, options)]
         keyed = keyed_problem(name, options)
@@ -191,6 +201,7 @@ def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     return messages
 
 
+_UNKNOWN_HINT = "Fix the spelling, or remove the key: it is ignored at run time (see the docs, reference/settings.md)."
 _KEY_HINT = "Use 'ip', 'user', 'user_or_ip', 'header:<name>', 'get:<param>', a callable or its dotted path."
 
 
@@ -211,6 +222,13 @@ def check_app_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         value = app_setting(setting)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
             bad(setting, "must be a number of seconds > 0.", "The default is fine for most sites.")
+    interval = app_setting("SEMAPHORE_OUTAGE_LOG_INTERVAL")
+    if not _number(interval) or not 0 < interval <= MAX_SECONDS:
+        bad(
+            "SEMAPHORE_OUTAGE_LOG_INTERVAL",
+            f"must be a number of seconds > 0, not {interval!r}.",
+            "It is how often a Redis outage is summarised in the log; the default, 60, suits most sites.",
+        )
     for setting in ("SEMAPHORE_VIEW", "SEMAPHORE_MIDDLEWARE_BYPASS"):
         value = app_setting(setting)
         if value is not None and not _importable(value):
@@ -304,6 +322,7 @@ def check_middleware_rules(app_configs: Any = None, **kwargs: Any) -> list[Check
     for index, raw in enumerate(raw_rules):
         problems = rule_problems(index, raw)
         messages += [_error(9, problem, f"Each rule's mode is one of {MODES}.") for problem in problems]
+        messages += [_error(18, problem, _UNKNOWN_HINT) for problem in unknown_rule_fields(index, raw)]
         if not isinstance(raw, Mapping):
             continue
         name = raw.get("semaphore")

@@ -10,21 +10,19 @@ Each semaphore chooses with its ``on_error`` option (default
   unguarded would do harm (a licence seat count, an API that bills per
   concurrent call, work that corrupts data when duplicated).
 
-Either way the failure is logged, ``semaphore_backend_error`` has already
-been sent by the core, and the outcome is counted in ``outcomes``. A hung
+Either way ``semaphore_backend_error`` has already been sent by the core,
+the outcome is counted in ``outcomes``, and the outage is logged as an event
+(a record when it starts, a summary per interval, a record when it ends:
+``core/outages.py``), never a line per request. A hung
 Redis costs a request at most the client's socket timeouts, so keep them
 short (docs/guides/failure-policy.md). Dry-run rules always let the request run.
 """
 
 from __future__ import annotations
 
-import logging
-
+from .core.outages import LET_THROUGH, REFUSED, outage_log
 from .core.semaphore import Semaphore
 from .exceptions import BackendUnavailable
-from .safe_text import for_log
-
-logger = logging.getLogger("django_semaphore.failure")
 
 ALLOW, DENY = "allow", "deny"
 # Seconds a client is asked to wait when a fail-closed semaphore cannot
@@ -37,14 +35,7 @@ def policy(semaphore: Semaphore, *, dry_run: bool = False) -> str:
 
 
 def on_backend_error(semaphore: Semaphore, error: BackendUnavailable, *, path: str, dry_run: bool = False) -> bool:
-    """Apply the semaphore's policy to an outage; True when the request may run."""
-    chosen = policy(semaphore, dry_run=dry_run)
-    logger.warning(
-        "Redis unavailable for semaphore %r on %s; on_error=%r %s the request: %s",
-        semaphore.name,
-        for_log(path),  # the client's: a newline in it would forge a log line
-        chosen,
-        "lets through" if chosen == ALLOW else "rejects",
-        error,
-    )
-    return chosen == ALLOW
+    """Apply the semaphore's policy to an outage; True when the request may run (``path`` is the request's)."""
+    allowed = policy(semaphore, dry_run=dry_run) == ALLOW
+    outage_log.unavailable(semaphore.name, error, LET_THROUGH if allowed else REFUSED, where=path)
+    return allowed

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -22,12 +21,10 @@ from typing import Any, TypeVar
 
 from . import failure
 from .core.keys import check_name
+from .core.outages import LET_THROUGH, REFUSED, RELEASE, outage_log
 from .core.permit import Permit
 from .core.semaphore import Attempt, Semaphore, get_semaphore
 from .exceptions import BackendUnavailable, SemaphoreFull
-from .safe_text import for_log
-
-logger = logging.getLogger("django_semaphore.guards")
 
 F = TypeVar("F", bound=Callable[..., Any])
 KeyFunction = Callable[..., Any]
@@ -39,7 +36,8 @@ CUSTOM = "custom:"
 
 
 def give_back(permit: Permit | None) -> None:
-    """Release; an outage only logs, since the release is retried in the background (or the lease ends it).
+    """Release; an outage is only counted, since the release is retried in the background (its lease ends it
+    at the latest).
 
     Raising would replace what the guarded work returned or raised with an
     error about bookkeeping that already has a fallback.
@@ -49,7 +47,7 @@ def give_back(permit: Permit | None) -> None:
     try:
         permit.release()
     except BackendUnavailable as exc:
-        logger.warning("Could not release %r; its lease will end it: %s", permit, exc)
+        outage_log.unavailable(permit.name, exc, RELEASE)
 
 
 async def agive_back(permit: Permit | None) -> None:
@@ -58,7 +56,7 @@ async def agive_back(permit: Permit | None) -> None:
     try:
         await permit.arelease()
     except BackendUnavailable as exc:
-        logger.warning("Could not release %r; its lease will end it: %s", permit, exc)
+        outage_log.unavailable(permit.name, exc, RELEASE)
 
 
 def full(sem: Semaphore, attempt: Attempt) -> SemaphoreFull:
@@ -147,16 +145,9 @@ class Guard:
 
 def _unguarded(sem: Semaphore, error: BackendUnavailable, label: str) -> None:
     """The semaphore's failure policy, as for requests: "allow" runs the call unguarded, "deny" raises."""
-    chosen = failure.policy(sem)
-    logger.warning(
-        "Redis unavailable for semaphore %r; on_error=%r %s %s: %s",
-        sem.name,
-        chosen,
-        "runs unguarded" if chosen == failure.ALLOW else "refuses",
-        for_log(label),  # a task's id comes from its message
-        error,
-    )
-    if chosen != failure.ALLOW:
+    allowed = failure.policy(sem) == failure.ALLOW
+    outage_log.unavailable(sem.name, error, LET_THROUGH if allowed else REFUSED, where=label)
+    if not allowed:
         raise error
 
 

@@ -33,6 +33,7 @@ from django.utils.module_loading import import_string
 
 from .admission import ENFORCE, MODES, OFF
 from .core.conf import app_setting
+from .core.options import unknown_problems, warn_unknown
 
 RULE_FIELDS = frozenset({"semaphore", "url_name", "path", "view_attribute", "methods", "key", "wait", "weight", "mode"})
 
@@ -121,10 +122,7 @@ def rule_problems(index: int, raw: object) -> list[str]:
     where = f"SEMAPHORE_MIDDLEWARE_RULES[{index}]"
     if not isinstance(raw, Mapping):
         return [f"{where} must be a dict."]
-    problems = []
-    unknown = sorted(set(raw) - RULE_FIELDS)
-    if unknown:
-        problems.append(f"{where} has unknown fields {unknown}; known: {sorted(RULE_FIELDS)}.")
+    problems = []  # unknown fields are E018's (unknown_rule_fields), and ignored at run time
     if not isinstance(raw.get("semaphore"), str):
         problems.append(f"{where} needs 'semaphore': the name of a semaphore.")
     if raw.get("mode", ENFORCE) not in MODES:
@@ -143,6 +141,13 @@ def rule_problems(index: int, raw: object) -> list[str]:
     return problems
 
 
+def unknown_rule_fields(index: int, raw: object) -> list[str]:
+    """E018: fields of one rule that no part of the middleware reads (a misspelling, or a newer release's)."""
+    if not isinstance(raw, Mapping):
+        return []
+    return unknown_problems(f"SEMAPHORE_MIDDLEWARE_RULES[{index}]", raw, RULE_FIELDS)
+
+
 # The middleware's settings are read on every request, so each is checked and parsed once and
 # kept until a setting changes (override_settings in tests, or the settings fixture). A malformed
 # value is not kept: every request refuses it again, as `manage.py check` does.
@@ -155,6 +160,8 @@ def active_rules() -> tuple[Rule, ...]:
     problems = [problem for index, raw in enumerate(raw_rules) for problem in rule_problems(index, raw)]
     if problems:
         raise ImproperlyConfigured(" ".join(problems))
+    for index, raw in enumerate(raw_rules):
+        warn_unknown(f"SEMAPHORE_MIDDLEWARE_RULES[{index}]", raw, RULE_FIELDS)
     return tuple(Rule.parse(raw) for raw in raw_rules)
 
 

@@ -15,6 +15,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from django_semaphore.core.outages import outage_log
 from django_semaphore.testing import RedisServer, ServerNotFound, find_binary
 
 # Short timeouts for servers a test stops or pauses, so outages show quickly.
@@ -38,6 +39,14 @@ def key_prefix(redis_server: RedisServer, settings) -> str:
     prefix = f"t{uuid.uuid4().hex[:10]}:"
     settings.SEMAPHORE_KEY_PREFIX = prefix
     return prefix
+
+
+@pytest.fixture(autouse=True)
+def no_outage_carried_over() -> Iterator[None]:
+    """Each test starts with no outage on record: one left open by a test's stopped server is not the next's."""
+    outage_log.reset()
+    yield
+    outage_log.reset()
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ import pytest
 
 from benchmarks import knee
 
+pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
+
 # Steeper than the benchmark's knee (one request past it already works 50% longer), and the target
 # 30 ms above the work below it: the hold the server measures includes the clients' own time
 # around the work, which on a busy machine (a CI runner, the rest of the suite) is several ms

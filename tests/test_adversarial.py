@@ -244,6 +244,7 @@ def wait_in_line_then_record(prefix: str, url: str, waiter_ttl: float) -> None:
         permit.release()
 
 
+@pytest.mark.processes
 def test_a_server_stall_longer_than_the_waiter_ttl_keeps_the_line_in_order(
     own_server, redis_client: redis.Redis, key_prefix: str, settings
 ) -> None:
@@ -288,6 +289,7 @@ def test_a_server_stall_longer_than_the_waiter_ttl_keeps_the_line_in_order(
 # -- 6. A grant made after the wait deadline is returned (the "not after" bound ignores `wait`) -------
 
 
+@pytest.mark.processes
 def test_nothing_is_granted_after_the_wait_deadline_even_when_redis_is_slow(own_server, settings) -> None:
     """acquire(wait=0.2) on a server that stalls 0.8 s (under the 5 s socket timeout): the script
     runs at 0.8 s, grants, and the permit is returned 0.6 s after the caller's deadline."""
@@ -348,6 +350,7 @@ def wait_then_record(prefix: str, name: str, waiter_ttl: float, label: str) -> N
         permit.release()
 
 
+@pytest.mark.processes
 def test_a_starved_waiter_keeps_its_place_for_two_of_its_own_ttls_whoever_reaps_it(
     redis_client: redis.Redis, key_prefix: str, settings
 ) -> None:
@@ -416,6 +419,7 @@ def chaos_worker(prefix: str, url: str, name: str, limit: int, fair: bool, durat
             permit.release()
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("fair", [True, False], ids=["fair", "unfair"])
 def test_chaos_weights_kills_and_short_stalls_never_go_over_the_limit(
     own_server, redis_client: redis.Redis, key_prefix: str, settings, fair: bool

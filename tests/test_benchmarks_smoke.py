@@ -34,6 +34,7 @@ def test_recipes_admit_up_to_the_limit_when_uncontended(bench: Bench, recipe: ty
     assert contender.try_acquire() is not None
 
 
+@pytest.mark.processes
 def test_contended_runs_every_contender_and_reports_the_keys(bench: Bench) -> None:
     figures = contended.run(bench, processes=2, duration=0.3, repeats=1)
     assert set(figures["contended_peers"]) == set(peers.KINDS)

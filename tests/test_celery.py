@@ -57,6 +57,7 @@ def attempts(client: redis.Redis, prefix: str, task_id: str) -> list[float]:
     return [float(at) for at in client.lrange(f"{prefix}attempts:{task_id}", 0, -1)]
 
 
+@pytest.mark.processes
 def test_tasks_never_exceed_the_limit_all_complete_and_full_ones_retry_with_the_countdown(
     worker: CeleryWorker, redis_client: redis.Redis, key_prefix: str
 ) -> None:
@@ -78,6 +79,7 @@ def test_tasks_never_exceed_the_limit_all_complete_and_full_ones_retry_with_the_
         assert all(later - earlier >= 0.95 for earlier, later in itertools.pairwise(tried)), tried
 
 
+@pytest.mark.processes
 def test_the_holder_names_the_task_and_a_killed_acks_late_task_gives_its_permit_back_within_its_lease(
     worker: CeleryWorker, redis_client: redis.Redis, key_prefix: str
 ) -> None:
@@ -97,6 +99,7 @@ def test_the_holder_names_the_task_and_a_killed_acks_late_task_gives_its_permit_
     wait_until(lambda: sem.status().used == 0)
 
 
+@pytest.mark.processes
 def test_past_max_retries_the_task_fails_with_semaphore_full(worker: CeleryWorker) -> None:
     held = get_semaphore("exports").acquire()
     assert held is not None
@@ -107,6 +110,7 @@ def test_past_max_retries_the_task_fails_with_semaphore_full(worker: CeleryWorke
     held.release()
 
 
+@pytest.mark.processes
 def test_a_paused_semaphore_retries_its_tasks_after_the_pause_countdown(
     worker: CeleryWorker, redis_client: redis.Redis, key_prefix: str
 ) -> None:
@@ -118,6 +122,7 @@ def test_a_paused_semaphore_retries_its_tasks_after_the_pause_countdown(
     assert PAUSED_RETRY_AFTER <= retry["countdown"] <= PAUSED_RETRY_AFTER * (1 + JITTER)
 
 
+@pytest.mark.processes
 def test_keyed_tasks_take_the_partition_of_their_arguments(
     worker: CeleryWorker, redis_client: redis.Redis, key_prefix: str
 ) -> None:

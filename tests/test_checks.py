@@ -135,7 +135,6 @@ def test_e008_rule_names_an_unknown_url(settings) -> None:
         {"semaphore": "reports", "path": "(["},
         {"semaphore": "reports", "wait": -1},
         {"semaphore": "reports", "weight": 0},
-        {"semaphore": "reports", "url": "typo"},
         {"url_name": "surface:plain"},
         "reports",
     ],
@@ -165,6 +164,9 @@ def test_e006_for_a_rule_key(settings) -> None:
         ("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS", ["(["]),
         ("SEMAPHORE_503_LOG_LEVEL", "LOUD"),
         ("SEMAPHORE_503_LOG_LEVEL", 30),
+        ("SEMAPHORE_OUTAGE_LOG_INTERVAL", 0),
+        ("SEMAPHORE_OUTAGE_LOG_INTERVAL", float("nan")),
+        ("SEMAPHORE_OUTAGE_LOG_INTERVAL", "60"),
     ],
 )
 def test_e010_app_settings(settings, setting: str, value: object) -> None:
@@ -302,6 +304,7 @@ def test_e015_runs_only_on_deploy_and_passes_with_redis_up() -> None:
     assert redis_check.check_redis_reachable() == []
 
 
+@pytest.mark.processes
 def test_e015_redis_down_fails_check_deploy_but_not_plain_check(settings, own_server) -> None:
     own_server.stop()
     assert "no issues" in run_check()  # makemigrations, migrate and runserver still work without Redis

@@ -35,6 +35,8 @@ from .support.servers import (
     slot_owner,
 )
 
+pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
+
 spawn = multiprocessing.get_context("spawn")
 PROCESSES = 6
 

@@ -14,6 +14,8 @@ from django_semaphore.core.conf import SemaphoreConfig
 from .support import workers
 from .support.polling import wait_until
 
+pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
+
 spawn = multiprocessing.get_context("spawn")
 
 

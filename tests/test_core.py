@@ -264,6 +264,7 @@ def test_scripts_survive_function_flush(redis_client: redis.Redis) -> None:
     assert permit.release() is True
 
 
+@pytest.mark.processes
 def test_scripts_survive_a_server_restart() -> None:
     with RedisServer(find_binary()) as server, _pointed_at(server.url):
         sem = make(2)

@@ -363,6 +363,7 @@ def test_no_page_of_the_example_can_be_framed(client: Client, holding: list[Perm
     assert [answer.get("X-Frame-Options") for answer in answers] == ["DENY"] * len(answers)
 
 
+@pytest.mark.processes
 def test_demo_smoke_starts_everything_and_leaves_nothing_running(tmp_path: Path) -> None:
     demo = _demo(tmp_path, "--smoke")
     try:
@@ -384,6 +385,7 @@ def test_demo_smoke_starts_everything_and_leaves_nothing_running(tmp_path: Path)
     assert _stop_leftovers(pids) == []
 
 
+@pytest.mark.processes
 def test_demo_stops_everything_on_sigterm(tmp_path: Path) -> None:
     demo = _demo(tmp_path, "--port", str(free_port()))
     lines: list[str] = []

@@ -23,6 +23,8 @@ from django_semaphore.testing import RedisServer, find_binary
 from .support.load import Load
 from .support.polling import eventually
 
+pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
+
 # Short timeouts so an outage is noticed fast; redis-py's own retries apply on top.
 TIMEOUTS = "socket_timeout=0.5&socket_connect_timeout=0.5"
 PAUSE_MS = 60_000

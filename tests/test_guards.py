@@ -239,6 +239,7 @@ def test_an_async_generator_holds_the_permit_until_exhausted_or_closed() -> None
     asyncio.run(scenario())
 
 
+@pytest.mark.processes
 def test_redis_down_follows_the_semaphores_on_error(settings, own_server) -> None:
     settings.SEMAPHORES = {
         **settings.SEMAPHORES,
@@ -251,6 +252,7 @@ def test_redis_down_follows_the_semaphores_on_error(settings, own_server) -> Non
         limit("closed")(lambda: "never")()
 
 
+@pytest.mark.processes
 def test_never_over_the_limit_across_processes(key_prefix: str, redis_client: redis.Redis) -> None:
     processes = [spawn.Process(target=workers.call_guarded, args=(key_prefix, 2, 3.0, seed)) for seed in range(6)]
     try:

@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 
+import pytest
 import redis
 
 from django_semaphore import Semaphore
@@ -67,6 +68,7 @@ def test_a_handed_permit_is_renewed_to_its_full_lease() -> None:
     permit.release()
 
 
+@pytest.mark.processes
 def test_a_permit_handed_to_a_frozen_waiter_comes_back_after_the_claim(key_prefix: str) -> None:
     sem = make("frozen", lease=60)
     holder = sem.acquire()

@@ -38,7 +38,8 @@ SLOWEST_REQUEST = 2.5
 URLS = ("/surface/reported/", "/surface/reported-async/")
 ERROR_OUTCOME = {"allow": "error_allowed", "deny": "error_denied"}
 
-pytestmark = pytest.mark.django_db(transaction=True)  # live_server shares the test database
+# live_server shares the test database; outages of real servers: CI runs these in one cell
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 
 @dataclass(frozen=True)

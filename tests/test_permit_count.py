@@ -211,6 +211,7 @@ def test_an_interrupted_acquire_under_an_identity_gives_back_only_its_own_grant(
     assert sem.status().used == 0
 
 
+@pytest.mark.processes
 def test_an_outage_during_release_is_settled_once_redis_answers(own_server, settings) -> None:
     sem = make("settled", 1, lease=60)
     permit = sem.acquire(auto_renew=False)

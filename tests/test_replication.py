@@ -46,6 +46,7 @@ def sentinel_cache(settings) -> Iterator[SentinelGroup]:
             yield group
 
 
+@pytest.mark.processes
 def test_sentinel_failover_under_load_recovers_without_restart(sentinel_cache: SentinelGroup) -> None:
     sem = make("failover", 2, lease=2)
     old_master = sentinel_cache.master_port()
@@ -93,6 +94,7 @@ def test_replicas_mode_grants_once_a_replica_confirms(replicated: tuple[RedisSer
     permit.release()
 
 
+@pytest.mark.processes
 def test_replicas_mode_gives_the_permit_back_when_no_replica_confirms(
     replicated: tuple[RedisServer, RedisServer],
 ) -> None:
@@ -110,6 +112,7 @@ def test_replicas_mode_gives_the_permit_back_when_no_replica_confirms(
     assert make("strict", 1).acquire(auto_renew=False) is not None
 
 
+@pytest.mark.processes
 def test_replicas_mode_confirms_a_permit_handed_over_by_a_release(
     replicated: tuple[RedisServer, RedisServer],
 ) -> None:

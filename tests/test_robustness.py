@@ -135,6 +135,7 @@ def _child_renews_nothing(queue: multiprocessing.Queue) -> None:  # type: ignore
     queue.put(len(renewer._due))
 
 
+@pytest.mark.processes
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_forked_child_does_not_renew_the_parents_permits() -> None:
     sem = make(1, lease=30)
@@ -174,6 +175,7 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.processes
 def test_no_server_outlives_a_killed_test_run() -> None:
     """A run killed outright (no clean-up) takes the servers it started with it."""
     script = (

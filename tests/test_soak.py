@@ -21,6 +21,8 @@ import redis
 
 from .support import soak
 
+pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
+
 spawn = multiprocessing.get_context("spawn")
 PROCESSES = 24
 SKEWS = [3600.0, -3600.0, 0.0, 0.0]  # half the processes skewed by an hour

@@ -39,6 +39,7 @@ def _stop_all(processes: list) -> None:
         process.join(5)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("auto_renew", [True, False], ids=["renewing", "not-renewing"])
 def test_handoffs_between_processes_with_different_waiter_ttls_never_overlap(
     key_prefix: str, redis_client: redis.Redis, auto_renew: bool
@@ -63,6 +64,7 @@ def test_handoffs_between_processes_with_different_waiter_ttls_never_overlap(
     assert over == 0
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("auto_renew", [True, False], ids=["renewing", "not-renewing"])
 def test_a_permit_handed_over_lives_on_the_receivers_own_claim_not_the_releasers(
     key_prefix: str, redis_client: redis.Redis, settings, auto_renew: bool
@@ -86,6 +88,7 @@ def test_a_permit_handed_over_lives_on_the_receivers_own_claim_not_the_releasers
     assert _counted(redis_client, key_prefix) == (1, 0)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("auto_renew", [True, False], ids=["renewing", "not-renewing"])
 def test_a_waiter_stalled_past_its_claim_is_not_granted_while_another_holds(
     key_prefix: str, redis_client: redis.Redis, auto_renew: bool
@@ -117,6 +120,7 @@ def test_a_waiter_stalled_past_its_claim_is_not_granted_while_another_holds(
     assert sem.status().used == 0
 
 
+@pytest.mark.processes
 def test_a_waiter_starved_past_its_ttl_keeps_its_place_when_it_comes_back(
     key_prefix: str, redis_client: redis.Redis
 ) -> None:

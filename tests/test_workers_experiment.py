@@ -6,7 +6,11 @@ server queues the rest); with threads or ASGI the limit is what binds.
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks import workers
+
+pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
 
 
 def test_a_limit_at_the_sync_workers_never_binds_and_threads_or_asgi_make_it_bind(redis_server) -> None:

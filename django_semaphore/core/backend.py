@@ -17,11 +17,15 @@ from ..exceptions import BackendUnavailable
 from . import errors, scripts
 from .calls import ScriptCall
 from .connection import aclient, get_client
+from .outages import outage_log
 
 
 @contextmanager
 def translated(name: str, partition: str | None) -> Iterator[None]:
-    """Turn an outage of Redis into ``BackendUnavailable`` (and the signal); let bugs through."""
+    """Turn an outage of Redis into ``BackendUnavailable`` (and the signal); let bugs through.
+
+    A call Redis answered ends an outage this process is logging (core/outages.py).
+    """
     try:
         yield
     except RedisError as exc:
@@ -31,6 +35,7 @@ def translated(name: str, partition: str | None) -> Iterator[None]:
         raise BackendUnavailable(
             f"Redis unavailable for semaphore {name!r}: {errors.reason(exc)}", name=name, partition=partition
         ) from exc
+    outage_log.answered()
 
 
 def run(call: ScriptCall, name: str, partition: str | None) -> Any:

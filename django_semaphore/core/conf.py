@@ -19,8 +19,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from .adaptive import AdaptiveLimit, adaptive_problems, is_adaptive, keyed_problem
+from .adaptive import AdaptiveLimit, adaptive_problems, is_adaptive, keyed_problem, unknown_in_limit
 from .keys import check_name, check_prefix
+from .options import unknown_problems, warn_unknown
 
 ON_ERROR_CHOICES = ("allow", "deny")
 
@@ -42,6 +43,8 @@ APP_DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_RATELIMIT_HEADERS": False,
     # Seconds a keyed semaphore's partition keeps its keys after its last lease ends.
     "SEMAPHORE_PARTITION_IDLE": 86400.0,
+    # Seconds between two summaries of a Redis outage in one process's log (core/outages.py).
+    "SEMAPHORE_OUTAGE_LOG_INTERVAL": 60.0,
 }
 
 
@@ -71,6 +74,39 @@ def key_prefix() -> str:
 
 
 _checked_prefixes: set[str] = set()
+
+
+# Every option a SEMAPHORES entry may set (reference/settings.md); any other key is E018 at
+# `manage.py check` and, at run time, ignored with one warning (core/options.py).
+OPTIONS = (
+    "limit",
+    "lease",
+    "wait",
+    "weight",
+    "key",
+    "on_error",
+    "auto_renew",
+    "view",
+    "replicas",
+    "replica_timeout",
+    "fair",
+    "max_hold",
+    "max_partitions",
+)
+
+
+def _option_dicts(name: object, options: Mapping[str, Any]) -> list[tuple[str, Mapping[Any, Any], tuple[str, ...]]]:
+    """The entry itself and every option dict nested in it, as settings name them, with their known keys."""
+    return [(f"SEMAPHORES[{name!r}]", options, OPTIONS), *unknown_in_limit(name, options)]
+
+
+def unknown_option_problems(name: object, options: Mapping[str, Any]) -> list[str]:
+    """E018: keys of one SEMAPHORES entry (or of an option dict inside it) that no option of the app reads."""
+    return [
+        problem
+        for where, found, known in _option_dicts(name, options)
+        for problem in unknown_problems(where, found, known)
+    ]
 
 
 # Upper bounds that keep every number exact in Lua (whose numbers print as
@@ -193,6 +229,8 @@ class SemaphoreConfig:
             problems += [keyed] if keyed else []
         if problems:
             raise ImproperlyConfigured(" ".join(problems))
+        for where, found, known in _option_dicts(name, options):
+            warn_unknown(where, found, known)  # a rolling deploy: a newer release's option, ignored here
         lease = float(options.get("lease", app_setting("SEMAPHORE_DEFAULT_LEASE")))
         max_hold = None if options.get("max_hold") is None else float(options["max_hold"])
         # Requests are bounded even when nothing is set; an explicit None lifts the bound.

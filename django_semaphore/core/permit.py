@@ -72,9 +72,19 @@ class Permit:
         # Set before the release script runs, so a renewal racing with it
         # (and finding the token gone) is not mistaken for a lost lease.
         self._releasing = False
+        # The release failed or was cut short: the background retries it until the lease would end.
+        self._unconfirmed = False
 
     def __repr__(self) -> str:
-        state = "released" if self.released else "lost" if self.lost else "held"
+        state = (
+            "release unconfirmed"
+            if self._unconfirmed
+            else "released"
+            if self.released
+            else "lost"
+            if self.lost
+            else "held"
+        )
         return f"<Permit {self.name} {self.token[:8]} fence={self.fence} {state}>"
 
     @property
@@ -248,6 +258,7 @@ class Permit:
     def _settle_later(self) -> None:
         """The release's outcome is unknown (an outage, an interruption): give the permit back once Redis answers."""
         self.released = True
+        self._unconfirmed = True
         call = self._calls.release(self.token, fence=self.fence)
         renewer.reconcile(call, within=self.lease, on_reply=self._report_change)
 

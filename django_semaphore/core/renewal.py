@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import BackendUnavailable
+from .outages import RENEWAL, outage_log
 
 if TYPE_CHECKING:
     from .calls import ScriptCall
@@ -153,7 +154,7 @@ class Background:
             try:
                 renewed = permit.renew()
             except BackendUnavailable as exc:
-                logger.warning("Could not renew %r: %s", permit, exc)
+                outage_log.unavailable(permit.name, exc, RENEWAL)  # one account of the outage, not a line per try
                 next_at = time.monotonic() + RETRY_AFTER_ERROR
             except Exception:  # a bug must not kill the thread that guards every permit
                 logger.exception("Renewing %r failed", permit)

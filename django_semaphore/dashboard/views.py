@@ -27,6 +27,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from ..ascii_numbers import ascii_int
 from ..core.conf import MAX_LIMIT
 from ..core.errors import OUTAGE_ERRORS, is_refusal, reason
 from ..core.overview import (
@@ -43,6 +44,7 @@ from ..core.results import Holder
 from ..core.semaphore import PAUSED_RETRY_AFTER, Semaphore, get_semaphore
 from ..exceptions import BackendUnavailable, UnknownSemaphore
 from ..pausing import pause, resume
+from ..safe_text import for_terminal
 from ..usage import dry_run_only
 from .chart import HEIGHT, WIDTH, utilisation_chart
 
@@ -104,12 +106,26 @@ def _paused(item: dict[str, Any]) -> bool:
     return item["override"] == 0
 
 
+def shown(value: object) -> str:
+    """Text a client or a task chose (a key, a label, a task's name or id), as the page shows it.
+
+    HTML escaping stops markup, not control characters: an ESC, a BEL, a CR
+    or a right-to-left override would reach the page (and, through the live
+    refresh, the DOM) as they are, and reorder or hide what the operator
+    reads. They are shown escaped, as the commands show them.
+    """
+    return "" if value is None else for_terminal(value)
+
+
 def _decorate(model_admin: ModelAdmin, row: dict[str, Any]) -> dict[str, Any]:
     """Add what the page shows but monitoring scripts need not: display strings, links, chart points.
 
     ``paused`` (and the bar's grey ``level``) say plainly what a limit of 0
     means; ``clearable`` is an override other than a pause, which Resume ends.
+    Every ``*_shown`` field is the raw one made safe to show (``shown``): the
+    templates and the page's script display those, never the raw values.
     """
+    row["key_shown"] = shown(row["key"])
     row["paused"] = _paused(row)
     row["clearable"] = row["override"] not in (None, 0)
     row["level"] = "paused" if row["paused"] else _level(row["utilisation"])
@@ -120,11 +136,14 @@ def _decorate(model_admin: ModelAdmin, row: dict[str, Any]) -> dict[str, Any]:
     detail = _url(model_admin, "detail", row["name"])
     row["detail_url"] = detail + (f"?partition={row['partition']}" if row["partition"] else "")
     for part in row["busiest"]:
+        part["key_shown"] = shown(part["key"])
         part["detail_url"] = f"{detail}?partition={part['partition']}"
         part["paused"] = _paused(part)
         part["level"] = "paused" if part["paused"] else _level(part["utilisation"])
         part["bar_width"] = 100 if part["paused"] else min(round(part["utilisation"] * 100), 100)
     for holder in row.get("holder_list", []):
+        for field in ("key", "host", "label"):
+            holder[f"{field}_shown"] = shown(holder[field])
         acquired = timezone.localtime(datetime.fromtimestamp(holder["acquired_at_ms"] / 1000, dt_timezone.utc))
         holder["acquired_at"] = acquired.strftime("%Y-%m-%d %H:%M:%S")
         holder["age"] = duration(holder["age_s"])
@@ -215,7 +234,7 @@ def detail(model_admin: ModelAdmin, request: HttpRequest, name: str) -> HttpResp
     json_url = _url(model_admin, "detail_json", name) + (f"?partition={partition}" if partition else "")
     title = _("Semaphore %(name)s") % {"name": name}
     if sem.partition:
-        title = _("Semaphore %(name)s, key %(key)s") % {"name": name, "key": sem.key}
+        title = _("Semaphore %(name)s, key %(key)s") % {"name": name, "key": shown(sem.key)}
     context = _context(
         model_admin,
         request,
@@ -243,7 +262,7 @@ def _holder(sem: Semaphore, token: str) -> Holder:
     for holder in sem.status(HOLDER_SEARCH).holders:
         if holder.token == token:
             return holder
-    raise Http404(_("No holder of %(name)s has token %(token)s.") % {"name": sem.name, "token": token})
+    raise Http404(_("No holder of %(name)s has token %(token)s.") % {"name": sem.name, "token": shown(token)})
 
 
 def _answer(
@@ -288,6 +307,9 @@ def release(model_admin: ModelAdmin, request: HttpRequest, name: str) -> HttpRes
                 _("Are you sure?"),
                 sem=sem,
                 holder=holder,
+                holder_metadata=", ".join(
+                    f"{shown(k)}={shown(v)}" for k, v in (holder.metadata if holder else {}).items()
+                ),
                 everyone=everyone,
                 release_url=_url(model_admin, "release", name),
                 back_url=_back(model_admin, sem),
@@ -299,7 +321,7 @@ def release(model_admin: ModelAdmin, request: HttpRequest, name: str) -> HttpRes
         elif sem.force_release(token):
             message = _("Released %(token)s of %(name)s.") % {"token": token[:8], "name": name}
         else:
-            raise Http404(_("%(token)s was no longer held.") % {"token": token})
+            raise Http404(_("%(token)s was no longer held.") % {"token": shown(token)})
     except Http404 as exc:
         if _wants_json(request):
             return JsonResponse({"message": str(exc), "ok": False}, status=404)
@@ -368,7 +390,7 @@ def _change_limit(sem: Semaphore, action: str, value: int | None) -> tuple[str, 
 def _limit_confirmation(
     model_admin: ModelAdmin, request: HttpRequest, sem: Semaphore, action: str, value: int | None
 ) -> HttpResponse:
-    subject = sem.name if not sem.partition else _("%(name)s, key %(key)s") % {"name": sem.name, "key": sem.key}
+    subject = sem.name if not sem.partition else _("%(name)s, key %(key)s") % {"name": sem.name, "key": shown(sem.key)}
     context = _context(
         model_admin,
         request,
@@ -384,13 +406,15 @@ def _limit_confirmation(
 
 
 def _limit_value(raw: str) -> int:
+    """The form's limit: ASCII digits only ("\u0663" and "\uff13" would otherwise be 3)."""
     try:
-        value = int(raw)
+        value = ascii_int(raw)
     except ValueError:
         value = 0
     if not 1 <= value <= MAX_LIMIT:
         raise BadRequest(
-            _("A limit must be a whole number from 1 to %(max)d; to stop new grants, use Pause.") % {"max": MAX_LIMIT}
+            _("A limit must be a whole number from 1 to %(max)d, in the digits 0-9; to stop new grants, use Pause.")
+            % {"max": MAX_LIMIT}
         )
     return value
 

@@ -76,7 +76,7 @@ def test_operator_finds_and_frees_a_stuck_permit(page: Any, live_server: Any, op
     expect_text(page, f'{reports} [data-field="counters.rejected"]', "1")
     assert page.locator(f"{reports} [data-chart-used]").get_attribute("points")
     assert page.locator(f"{reports} [data-chart-limit]").get_attribute("points")
-    expect_text(page, '[data-semaphore="search"] [data-busiest] li:first-child [data-cell="key"]', "alice")
+    expect_text(page, '[data-semaphore="search"] [data-busiest] li:first-child [data-cell="key_shown"]', "alice")
     page.wait_for_selector("[data-live-status]:not(.sem-stale)")
     expect_text(page, '[data-semaphore="weighted"] [data-field="used"]', "4")
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)

@@ -14,12 +14,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...ascii_numbers import ascii_int
 from ...core.conf import MAX_LIMIT
 from ...core.semaphore import Semaphore
 from ...pausing import pause, resume
-from ..common import describe, guarded, targets
+from ..common import describe, guarded, number_option, targets
 
 ACTIONS = ("value", "clear", "pause", "resume", "add")
+VALUE_ERROR = f"A limit must be an integer from 1 to {MAX_LIMIT}, in the digits 0-9; to stop new grants, use --pause"
+ADD_ERROR = f"--add takes an integer from -{MAX_LIMIT} to {MAX_LIMIT}, in the digits 0-9"
 
 
 class Command(BaseCommand):
@@ -27,11 +30,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", metavar="NAME")
-        parser.add_argument("value", nargs="?", type=int, metavar="VALUE", help="The new limit (an integer >= 1).")
+        # VALUE and --add are parsed in handle(), not by argparse: ASCII digits only, one CommandError line.
+        parser.add_argument("value", nargs="?", metavar="VALUE", help="The new limit (an integer >= 1).")
         parser.add_argument("--clear", action="store_true", help="Drop the override; the settings' limit applies.")
         parser.add_argument(
             "--add",
-            type=int,
             metavar="N",
             help="Add N to the limit in force, atomically (negative N lowers it, never below 0).",
         )
@@ -44,11 +47,13 @@ class Command(BaseCommand):
         given = [action for action in ACTIONS if options[action] is not None and options[action] is not False]
         if len(given) != 1:
             raise CommandError("Give one of a new limit VALUE, --clear, --add N, --pause or --resume.")
-        value, change = options["value"], options["add"]
+        value = number_option(options["value"], ascii_int, int, VALUE_ERROR)
+        change = number_option(options["add"], ascii_int, int, ADD_ERROR)
         if value is not None and not 1 <= value <= MAX_LIMIT:
-            raise CommandError(f"A limit must be an integer from 1 to {MAX_LIMIT}; to stop new grants, use --pause.")
+            raise CommandError(f"{VALUE_ERROR}.")
         if change is not None and not -MAX_LIMIT <= change <= MAX_LIMIT:
-            raise CommandError(f"--add takes an integer from -{MAX_LIMIT} to {MAX_LIMIT}.")
+            raise CommandError(f"{ADD_ERROR}.")
+        options["value"], options["add"] = value, change
         sems = guarded(lambda: targets(options["name"], options["key"]))
         if len(sems) != 1 or (sems[0].config.key is not None and sems[0].partition is None):
             raise CommandError(f"Semaphore {options['name']!r} is keyed: name the partition with --key.")

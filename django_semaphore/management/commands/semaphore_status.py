@@ -9,10 +9,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...ascii_numbers import ascii_decimal, ascii_int
 from ...core.overview import MAX_PARTITIONS, duration, overview
 from ...safe_text import for_terminal
 from ...usage import dry_run_only
-from ..common import guarded
+from ..common import guarded, number_option
 
 BAR_WIDTH = 10
 COLUMNS = ("NAME", "LIMIT", "USED", "WAIT", "USAGE", "OLDEST", "ACQUIRED", "REJECTED", "EXPIRED", "LOST", "ON ERROR")
@@ -43,12 +44,23 @@ def adaptive_line(row: dict[str, Any]) -> str:
     return line + f", moved {ago} ago: {a['reason']}"
 
 
-def check_refresh(interval: float | None, count: int | None) -> None:
-    """Refuse what argparse's ``float`` lets through (nan, inf, 0, negatives): sleep() would raise or spin."""
-    if interval is not None and not (math.isfinite(interval) and 0 < interval <= MAX_INTERVAL):
-        raise CommandError(f"--interval must be a number of seconds above 0, at most {MAX_INTERVAL:g}.")
-    if count is not None and count < 1:
-        raise CommandError("--count must be 1 or more.")
+INTERVAL_ERROR = f"--interval must be a number of seconds above 0, at most {MAX_INTERVAL:g}, in the digits 0-9"
+COUNT_ERROR = "--count must be 1 or more, in the digits 0-9"
+
+
+def check_refresh(interval: object, count: object) -> tuple[float | None, int | None]:
+    """``--interval`` and ``--count`` as numbers, or one CommandError line.
+
+    ASCII digits only ("\u0663" would otherwise be 3); and no nan, inf, 0 or
+    negatives, with which sleep() would raise or spin.
+    """
+    seconds = number_option(interval, ascii_decimal, (int, float), INTERVAL_ERROR)
+    if seconds is not None and not (math.isfinite(seconds) and 0 < seconds <= MAX_INTERVAL):
+        raise CommandError(f"{INTERVAL_ERROR}.")
+    refreshes = number_option(count, ascii_int, int, COUNT_ERROR)
+    if refreshes is not None and refreshes < 1:
+        raise CommandError(f"{COUNT_ERROR}.")
+    return (None if seconds is None else float(seconds)), refreshes
 
 
 def table(rows: list[tuple[str, ...]]) -> list[str]:
@@ -69,14 +81,13 @@ class Command(BaseCommand):
         parser.add_argument("names", nargs="*", metavar="NAME", help="Only these semaphores (default: all).")
         parser.add_argument("--json", action="store_true", help="Print the documented JSON schema instead.")
         parser.add_argument("--holders", action="store_true", help="List every holder of each semaphore too.")
-        parser.add_argument(
-            "--interval", type=float, metavar="SECONDS", help="Refresh every SECONDS until Ctrl-C, like top."
-        )
-        parser.add_argument("--count", type=int, metavar="N", help="With --interval, stop after N refreshes.")
+        # Parsed by check_refresh, not argparse: ASCII digits only, and every mistake is one CommandError line.
+        parser.add_argument("--interval", metavar="SECONDS", help="Refresh every SECONDS until Ctrl-C, like top.")
+        parser.add_argument("--count", metavar="N", help="With --interval, stop after N refreshes.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        interval = options["interval"]
-        check_refresh(interval, options["count"])
+        interval, options["count"] = check_refresh(options["interval"], options["count"])
+        options["interval"] = interval
         if interval is None:
             self.show(options)
             return

@@ -1,0 +1,71 @@
+"""A real gunicorn serving a test site on a free loopback port, stopped by its own pid."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from django_semaphore.testing import _stop_with_parent, free_port, stop_process
+
+from .servers import _Group
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Gunicorn(_Group):
+    """``gunicorn`` with ``settings`` (a module path), ``workers`` x ``threads`` (gthread when threads > 1)."""
+
+    def __init__(self, settings: str, *, env: dict[str, str], workers: int = 1, threads: int = 4) -> None:
+        self.port = free_port()
+        # The parent-death signal: a test run killed outright still stops its gunicorn.
+        self.command = [
+            *_stop_with_parent(),
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "django.core.wsgi:get_wsgi_application()",
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--workers",
+            str(workers),
+            "--threads",
+            str(threads),
+            "--worker-class",
+            "gthread" if threads > 1 else "sync",
+            "--log-level",
+            "warning",
+        ]
+        self.env = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": settings}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, ready_path: str = "/") -> Self:
+        self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gunicorn exited at start with status {self.process.returncode}")
+            try:
+                with urllib.request.urlopen(self.base_url + ready_path, timeout=5):
+                    return self
+            except urllib.error.HTTPError:
+                return self  # it answers: any status will do
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("gunicorn did not answer within 60 s")
+
+    def close(self) -> None:
+        """Stop the server this object started, by its pid (SIGTERM, then SIGKILL)."""
+        stop_process(self.process, timeout=15)
