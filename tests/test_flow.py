@@ -89,7 +89,7 @@ def test_a_grant_note_read_after_a_stall_past_the_claim_is_confirmed_first() -> 
     next(flow)
     block = flow.send(reply(QUEUED))
     assert isinstance(block, Block)
-    clock.now += 2.5  # the process stalled: its claim (2 s) may have run out
+    clock.now += 2.5  # the process stalled: its claim (one waiter TTL, 1 s) may have run out
     assert flow.send(Woken(grant_note(NOW_MS + 2000))) == CONFIRM
     with pytest.raises(StopIteration) as done:
         flow.send([1, NOW_MS + 62_000, NOW_MS + 2500])
@@ -130,6 +130,17 @@ def test_a_lease_within_the_claim_needs_no_confirmation_even_without_background_
     with pytest.raises(StopIteration) as done:
         flow.send(Woken(grant_note(NOW_MS + 1000)))
     assert done.value.value.code == HANDED
+
+
+def test_a_lease_longer_than_the_claim_is_confirmed_without_background_renewal() -> None:
+    # The claim is one waiter TTL (1 s): a lease of 1.5 s is handed on it, and nobody else renews it.
+    flow = acquire_flow(request(lease_ms=1500, background=False), Clock())
+    next(flow)
+    flow.send(reply(QUEUED))
+    assert flow.send(Woken(grant_note(NOW_MS + 1000))) == CONFIRM
+    with pytest.raises(StopIteration) as done:
+        flow.send([1, NOW_MS + 1500, NOW_MS])
+    assert done.value.value.lease_deadline_ms == NOW_MS + 1500
 
 
 def test_the_deadline_passing_in_line_leaves_it_and_reports_full() -> None:

@@ -46,12 +46,21 @@ class AcquireRequest:
 
     @property
     def claim_ms(self) -> int:
-        """How long a permit a release hands this waiter lives until it renews it: two of its own TTLs."""
+        """Two of its own TTLs, as the acquire script takes it: how long it keeps its ticket after a missed beat."""
         return max(int(self.waiter_ttl * 2000), 1)
+
+    @property
+    def handed_claim_ms(self) -> int:
+        """How long a permit a release hands this waiter lives until it renews it: one of its own TTLs.
+
+        A waiter that died in line ties the permit that long at most; a live
+        one renews within a round trip of reading the grant.
+        """
+        return max(self.claim_ms // 2, 1)
 
     def must_confirm(self, alive: bool) -> bool:
         """Whether a handed permit must be renewed before it is reported granted."""
-        on_claim = self.lease_ms > self.claim_ms
+        on_claim = self.lease_ms > self.handed_claim_ms
         return not alive or self.replicated or (on_claim and not self.renewed_in_background)
 
     @property
@@ -174,7 +183,7 @@ def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.mono
         grant = Grant.parse(woken.note) if woken.note is not None else None
         if grant is not None:
             handed = reply.handed(grant)
-            alive = provably_alive(reply, clock() - sent, grant, request.claim_ms)
+            alive = provably_alive(reply, clock() - sent, grant, request.handed_claim_ms)
             if not request.must_confirm(alive):
                 return replace(handed, waited=clock() - started)
             confirming = clock()

@@ -8,8 +8,9 @@
 --   weight: permits asked for (an integer >= 1)
 --   lease in ms: a new holder's deadline is now + lease (never past its max hold)
 --   mode: 'try' answers at once; 'wait' joins (or stays in) the line
---   claim in ms: the caller's own bound on a permit a release hands it while it waits, until it
---     renews (it may have died since its last heartbeat)
+--   claim in ms: two of the caller's own waiter TTLs (common.lua's `waiter_ttl` halves it): how long
+--     it keeps its ticket after a missed heartbeat; a permit a release hands it while it waits lives
+--     one TTL until it renews (it may have died since its last heartbeat)
 --   max hold in ms (0: none): no renewal extends the lease past acquired + max hold
 --   nonce: this call's mark on its grant, so a clean-up gives back only what it may hold
 --   not after, server ms (0: none): Redis running the call later than this means its caller has

@@ -213,6 +213,13 @@ local function parse_waiter(value)
           hold = tonumber(hold), ticket = tonumber(ticket), nonce = nonce, meta = meta}
 end
 
+-- A waiter's own SEMAPHORE_WAITER_TTL (ms): half the claim its request carries (the scripts' setting for
+-- a waiter whose request is gone). It beats at least this often, and a permit handed to it lives this
+-- long until it renews: a waiter that died in line ties a permit for one of its TTLs at most.
+local function waiter_ttl(request, cfg)
+  return request and math.max(math.floor(request.claim / 2), 1) or cfg.waiter_ttl
+end
+
 -- THE WRITE PLAN ------------------------------------------------------------
 
 -- removes: one command per key (so no key is touched after a removal emptied it), members deduplicated.
@@ -503,7 +510,7 @@ local function read_line(now, cfg, st, caller)
   end
   for i, token in ipairs(tokens) do
     local request = parse_waiter(requests[i])
-    local own_ttl = request and math.max(math.floor(request.claim / 2), 1) or cfg.waiter_ttl
+    local own_ttl = waiter_ttl(request, cfg)
     if token == caller then
       -- The caller itself, late but alive: its own call refreshes its heartbeat.
       line.self_stale = true
@@ -615,8 +622,9 @@ end
 -- leaving, a raised limit). Fair: hand the free permits straight to the waiters at the head of the
 -- line, in order, as far as they fit (a head that does not fit stops the line); each gets a grant
 -- note "G|fence|deadline|now" on its wake list, so it holds the permit without asking again. Its
--- lease runs its own claim at first: a waiter that died since its last heartbeat holds the permit
--- only that long. Not fair: wake as many waiters as could fit; they race for the permits.
+-- lease runs one of its own waiter TTLs at first, its heartbeat's span, whether it beat just now or
+-- is on a pass: a waiter that died in line (since its last heartbeat, or before an idle gap) ties
+-- the permit that long at most. Not fair: wake as many waiters as could fit; they race for the permits.
 -- `ctx.caller` (acquire) is granted in place when its turn comes; returns true then.
 local function serve_line(ctx, line, cfg)
   local free = ctx.limit - ctx.used
@@ -642,8 +650,8 @@ local function serve_line(ctx, line, cfg)
     elseif head.token == ctx.caller then
       return true
     else
-      local fence, deadline = grant(ctx, head.token, r.weight, math.min(r.lease, r.claim), r.hold, r.nonce, r.meta,
-                                    r.weight_text)
+      local fence, deadline = grant(ctx, head.token, r.weight, math.min(r.lease, waiter_ttl(r, cfg)), r.hold, r.nonce,
+                                    r.meta, r.weight_text)
       leave_line(line, head.token)
       note(head.token, 'G|' .. int_text(fence) .. '|' .. int_text(deadline) .. '|' .. ctx.now_text, r.claim,
            false)
