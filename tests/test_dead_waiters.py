@@ -36,7 +36,9 @@ def make(name: str) -> Semaphore:
 
 def _queue_dead_waiters(key_prefix: str, name: str, sem: Semaphore, count: int) -> list:
     """``count`` waiter processes in line behind the holder, then SIGKILLed there."""
-    processes = [spawn.Process(target=workers.hold_forever, args=(key_prefix, name, 1, 30.0, 60.0)) for _ in range(count)]
+    processes = [
+        spawn.Process(target=workers.hold_forever, args=(key_prefix, name, 1, 30.0, 60.0)) for _ in range(count)
+    ]
     for process in processes:
         process.start()
     wait_until(lambda: sem.status().waiting == count, timeout=60)
