@@ -175,5 +175,29 @@ def test_a_wait_the_driver_already_left_ends_without_leaving_twice() -> None:
 def test_next_block_is_a_third_of_the_ttl_bounded_by_the_nearest_lease_end_and_the_deadline() -> None:
     assert next_block(10.0, 0, 3.0) == pytest.approx(1.0)
     assert next_block(10.0, 200, 3.0) == pytest.approx(0.202)
+    assert next_block(10.0, 1500, 3.0) == pytest.approx(1.502)  # within two heartbeats: waited for
+    assert next_block(10.0, 2500, 3.0) == pytest.approx(1.0)
     assert next_block(0.05, 0, 3.0) == pytest.approx(0.05)
     assert next_block(0.0, 0, 3.0) > 0  # BLPOP's 0 would mean "forever"
+
+
+@pytest.mark.parametrize(
+    ("wait", "nearest", "precise", "at_expiry"),
+    [
+        (5, 0, False, False),
+        (5, 200, False, True),
+        (5, 500, False, True),
+        (5, 900, False, False),
+        (0.2, 300, True, False),
+    ],
+    ids=["no-lease", "lease-ends-first", "lease-ends-within-two-beats", "heartbeat-first", "deadline-first"],
+)
+def test_a_wait_that_ends_at_a_lease_end_or_the_deadline_is_bounded_by_the_waiter(
+    wait: float, nearest: int, precise: bool, at_expiry: bool
+) -> None:
+    # The driver ends such a wait on its own clock: Redis's timer may fire the BLPOP timeout late.
+    flow = acquire_flow(request(wait=wait, lease_ms=60_000), Clock())
+    next(flow)
+    block = flow.send(reply(QUEUED, nearest=nearest))
+    assert isinstance(block, Block)
+    assert (block.precise, block.at_expiry) == (precise, at_expiry)

@@ -106,10 +106,14 @@ class Block:
 
     ``precise``: this wait ends at the caller's deadline, so the driver must not
     let Redis's timer make it late (it leaves the line itself if need be).
+    ``at_expiry``: this wait ends when the earliest lease does, and the waiter
+    then asks again (which reclaims it); the driver must not let Redis's timer
+    make that late either (it ends its own wait, staying in line).
     """
 
     timeout: float
     precise: bool
+    at_expiry: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,11 +143,28 @@ def next_block(remaining: float, nearest_expiry_ms: int, waiter_ttl: float) -> f
     The wake note usually arrives first; the timer is the backstop for a lost
     note, the earliest lease running out, and the heartbeat that keeps the
     waiter in line (a third of its time-to-live, so one late beat is safe).
+    A lease ending within two heartbeats is waited for instead: asking again
+    then is the heartbeat, and the permit it frees is taken when it ends, not
+    at a heartbeat that Redis's timer may make late.
     """
-    block = min(remaining, waiter_ttl / HEARTBEATS_PER_TTL)
-    if nearest_expiry_ms > 0:
-        block = min(block, nearest_expiry_ms / 1000 + 0.002)
+    beat = waiter_ttl / HEARTBEATS_PER_TTL
+    block = min(remaining, beat)
+    if nearest_expiry_ms > 0 and _until_expiry(nearest_expiry_ms) <= 2 * beat:
+        block = min(remaining, _until_expiry(nearest_expiry_ms))
     return max(block, MIN_BLOCK)
+
+
+def _until_expiry(nearest_expiry_ms: int) -> float:
+    """Seconds until the earliest lease has certainly ended on the server (its clock counts whole ms)."""
+    return nearest_expiry_ms / 1000 + 0.002
+
+
+def block_step(remaining: float, nearest_expiry_ms: int, waiter_ttl: float) -> Block:
+    """The next wait: until a note, a heartbeat, the earliest lease's end or the caller's deadline."""
+    block = next_block(remaining, nearest_expiry_ms, waiter_ttl)
+    precise = block >= remaining
+    at_expiry = not precise and nearest_expiry_ms > 0 and block == max(_until_expiry(nearest_expiry_ms), MIN_BLOCK)
+    return Block(block, precise=precise, at_expiry=at_expiry)
 
 
 def provably_alive(reply: AcquireReply, since_sent: float, grant: Grant, claim_ms: int) -> bool:
@@ -173,8 +194,7 @@ def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.mono
         if remaining <= 0:
             yield LEAVE
             break
-        block = next_block(remaining, reply.nearest_expiry_ms, request.waiter_ttl)
-        woken: Woken = yield Block(block, precise=block >= remaining)
+        woken: Woken = yield block_step(remaining, reply.nearest_expiry_ms, request.waiter_ttl)
         if woken.left:
             break
         if clock() >= deadline:

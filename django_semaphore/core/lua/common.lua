@@ -607,6 +607,9 @@ local function grant(ctx, token, weight, lease_ms, hold_ms, nonce, meta, weight_
   if not ctx.earliest or deadline < ctx.earliest then
     ctx.earliest = deadline
   end
+  if not ctx.granted_end or deadline < ctx.granted_end then
+    ctx.granted_end = deadline
+  end
   return fence, deadline
 end
 
@@ -626,9 +629,27 @@ end
 -- is on a pass: a waiter that died in line (since its last heartbeat, or before an idle gap) ties
 -- the permit that long at most. Not fair: wake as many waiters as could fit; they race for the permits.
 -- `ctx.caller` (acquire) is granted in place when its turn comes; returns true then.
+-- A lease this script granted may end before the waiter at the head of the line looks again (it
+-- learns the earliest lease's end from its own calls, at least every third of its TTL, later when
+-- the server's timer is slow): wake it, so it sets its timer for that end, and the permit goes on
+-- when the lease does, not at its next heartbeat. Leases of a waiter TTL or longer are left to the
+-- heartbeat: the common hand-off (on a claim, then renewed) sends nothing more.
+local function alert_head(ctx, line, cfg)
+  if not ctx.granted_end or line.waiting <= 0 then
+    return
+  end
+  for head in each_head(line, 1) do
+    local ttl = waiter_ttl(head.request, cfg)
+    if head.token ~= ctx.caller and ctx.granted_end - ctx.now < ttl then
+      note(head.token, 'W', ttl * 2, true)
+    end
+  end
+end
+
 local function serve_line(ctx, line, cfg)
   local free = ctx.limit - ctx.used
   if free <= 0 or line.waiting <= 0 then
+    alert_head(ctx, line, cfg)
     return false
   end
   if not cfg.fair then
@@ -646,6 +667,7 @@ local function serve_line(ctx, line, cfg)
       -- A line entry without its request (edited by hand): drop it rather than block the line.
       leave_line(line, head.token)
     elseif r.weight > ctx.limit - ctx.used then
+      alert_head(ctx, line, cfg)
       return false
     elseif head.token == ctx.caller then
       return true
@@ -658,6 +680,7 @@ local function serve_line(ctx, line, cfg)
       count(ctx.st, 'acquired')
     end
   end
+  alert_head(ctx, line, cfg)
   return false
 end
 
