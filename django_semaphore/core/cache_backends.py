@@ -13,6 +13,7 @@ client built from its ``LOCATION`` and ``OPTIONS`` the way Django builds one.
 from __future__ import annotations
 
 import re
+import threading
 import weakref
 from collections.abc import Mapping
 from contextlib import suppress
@@ -31,6 +32,7 @@ _NOT_CONNECTION_OPTIONS = ("serializer", "pool_class", "parser_class")
 
 # One client per cache object (Django makes one per thread); dropped with it.
 _built_in_clients: weakref.WeakKeyDictionary[Any, redis.Redis] = weakref.WeakKeyDictionary()
+_built_in_lock = threading.Lock()
 
 
 def backend_kind(path: object) -> str | None:
@@ -58,7 +60,9 @@ def cache_client(alias: str) -> redis.Redis:
     if isinstance(cache, BuiltInRedisCache):
         client = _built_in_clients.get(cache)
         if client is None:
-            client = _built_in_clients[cache] = _shared_built_in_client(cache)
+            client = _shared_built_in_client(cache)
+            with _built_in_lock:
+                _built_in_clients[cache] = client
         return client
     from django_redis import get_redis_connection
 
