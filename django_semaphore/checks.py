@@ -36,7 +36,9 @@ Warnings:
 - W005 the admin is installed (so the dashboard is) but ``django.contrib.staticfiles``
   is not: ``collectstatic`` never copies the dashboard's CSS and JS, and they 404.
 
-E015 (Redis unreachable or refusing) is a deployment check, in ``redis_check.py``.
+E015 (Redis unreachable or refusing) is a deployment check, in ``redis_check.py``;
+so are E019, W006, W007 and I001 (what the server's eviction policy puts at
+risk), in ``memory_check.py``.
 """
 
 from __future__ import annotations

@@ -189,6 +189,8 @@ def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.mono
     deadline = started + request.wait
     sent = started
     reply = AcquireReply.parse((yield Acquire(request.wait if request.wait > 0 else None)), sent)
+    # Keys any of this call's acquires found gone (reported once, with the result).
+    lost = reply.vanished
     while reply.code == QUEUED:
         remaining = deadline - clock()
         if remaining <= 0:
@@ -202,7 +204,7 @@ def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.mono
             break
         grant = Grant.parse(woken.note) if woken.note is not None else None
         if grant is not None:
-            handed = reply.handed(grant)
+            handed = replace(reply.handed(grant), vanished=lost)
             alive = provably_alive(reply, clock() - sent, grant, request.handed_claim_ms)
             if not request.must_confirm(alive):
                 return replace(handed, waited=clock() - started)
@@ -219,6 +221,8 @@ def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.mono
             # The claim ran out before this waiter could renew it: it asks again, like a newcomer.
         sent = clock()
         reply = AcquireReply.parse((yield Acquire(deadline - sent)), sent)
+        lost = lost or reply.vanished
+    reply = replace(reply, vanished=lost)
     if reply.code == QUEUED:
         reply = replace(reply, code=FULL)
     elif reply.code == TOO_LATE:

@@ -20,7 +20,8 @@
 -- ARGV[3] holder metadata (JSON written by the client, stored verbatim)
 --
 -- Reply: {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, position, nearest_expiry_ms,
---         expected_free_ms}, the last three only when the caller did not get a permit; code 1
+--         expected_free_ms[, vanished]}, the three before vanished only when the caller did not get a
+--         permit or vanished follows (common.lua's `context`: keys found gone under held permits); code 1
 --         granted, 2 already held (lease renewed), 3 queued, 0 full, -1 weight above the limit,
 --         -2 too late (not after), -3 this token holds or waits with another weight.
 --         nearest_expiry_ms is when the earliest lease ends (the waiter's backstop timer);
@@ -59,11 +60,12 @@ reclaim(st, h)
 local function reply(code, fence, deadline, position)
   settle(ctx)
   commit(st, cfg, now)
-  if code == 1 or code == 2 then
+  if (code == 1 or code == 2) and not ctx.vanished then
     return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now}
   end
   local nearest = ctx.earliest and math.max(ctx.earliest - now, 0) or 0
-  return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, position, nearest, expected_free_ms(ctx, cfg)}
+  return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, position, nearest, expected_free_ms(ctx, cfg),
+          ctx.vanished}
 end
 
 -- Acquiring again under the same identity renews the permit already held (and a retried call

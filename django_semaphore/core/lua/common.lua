@@ -755,16 +755,42 @@ local function limit_in_force(st, cfg)
   return cfg.limit
 end
 
+-- Keys of the semaphore found gone while permits were held (evicted under a maxmemory policy, deleted
+-- by hand, lost in a failover): 'holders' when the state counts permits held (`used`, returned) and the
+-- holders are gone; 'state' when holders remain and the state hash has no fence (every grant writes
+-- one). Expiry does neither: a partition's keys all expire at one recorded time, past every lease.
+local function lost_keys(st, h, used)
+  if h.empty and used and used > 0 then
+    return 'holders', used
+  end
+  if not h.empty and not st.fence then
+    return 'state', nil
+  end
+  return nil, nil
+end
+
 -- The state every script starts from; `used` that is not a whole number (edited by hand, or
--- written by an old bug) is recounted at once.
+-- written by an old bug) is recounted at once, and so is the count of a semaphore whose keys were
+-- lost (`ctx.vanished`, "holders|N" or "state|N": what was found gone, and the permits the lost
+-- record counted or the holders left hold). The script goes on with what is left: it cannot know
+-- who held what vanished; the caller reports it.
 local function context(st, cfg, now, now_text, h, caller)
   local used = tonumber(st.used)
   local ctx = {st = st, now = now, now_text = now_text, used_before = used or 0,
                limit = limit_in_force(st, cfg), fence = st.fence,
                used = math.max((used or 0) - h.freed, 0), earliest = h.earliest, holders_empty = h.empty,
                granted = 0, caller = caller}
-  if not ctx.earliest or (st.used and (not used or used < 0 or used ~= math.floor(used))) then
+  local lost, lost_used = lost_keys(st, h, used)
+  if lost or not ctx.earliest or (st.used and (not used or used < 0 or used ~= math.floor(used))) then
     recount(ctx)
+  end
+  if lost then
+    ctx.vanished = lost .. '|' .. int_text(math.floor(math.min(lost_used or ctx.used, MAX_LIMIT)))
+  end
+  if lost == 'state' then
+    -- A fence again (seeded from the clock, as for a new semaphore), so the loss is found only once.
+    ctx.fence = next_fence(nil, now) - 1
+    set_state('fence', ctx.fence)
   end
   return ctx
 end
