@@ -337,7 +337,7 @@ def check_middleware_rules(app_configs: Any = None, **kwargs: Any) -> list[Check
             messages.append(_error(6, f"SEMAPHORE_MIDDLEWARE_RULES[{index}]['key']: {problem}", _KEY_HINT))
         messages += _too_heavy(f"SEMAPHORE_MIDDLEWARE_RULES[{index}]", name, raw.get("weight"))
         wanted = as_strings(raw.get("url_name"))
-        if wanted:
+        if wanted and _has_urlconf():
             known_urls = url_names() if known_urls is None else known_urls
             messages += [
                 _error(
@@ -370,8 +370,15 @@ def _too_heavy(where: str, name: object, weight: object) -> list[CheckMessage]:
     ]
 
 
+def _has_urlconf() -> bool:
+    """Settings without URLs (a Celery worker's: it runs the checks as it starts) have no views to check."""
+    return bool(getattr(settings, "ROOT_URLCONF", None))
+
+
 def routed_views(resolver: URLResolver | None = None) -> Iterator[Callable[..., Any]]:
     """Every view the URLconf routes to, and the handlers of class-based ones."""
+    if resolver is None and not _has_urlconf():
+        return
     for entry in (resolver or get_resolver()).url_patterns:
         if isinstance(entry, URLResolver):
             yield from routed_views(entry)
