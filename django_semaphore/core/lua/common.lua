@@ -632,10 +632,10 @@ end
 -- A lease this script granted may end before the waiter at the head of the line looks again (it
 -- learns the earliest lease's end from its own calls, at least every third of its TTL, later when
 -- the server's timer is slow): wake it, so it sets its timer for that end, and the permit goes on
--- when the lease does, not at its next heartbeat. Leases of a waiter TTL or longer are left to the
--- heartbeat: the common hand-off (on a claim, then renewed) sends nothing more.
+-- when the lease does, not at its next heartbeat. Leases of a waiter TTL (this call's setting) or
+-- longer are left to the heartbeat: the common hand-off (on a claim, then renewed) reads nothing more.
 local function alert_head(ctx, line, cfg)
-  if not ctx.granted_end or line.waiting <= 0 then
+  if not ctx.granted_end or line.waiting <= 0 or ctx.granted_end - ctx.now >= cfg.waiter_ttl then
     return
   end
   for head in each_head(line, 1) do
