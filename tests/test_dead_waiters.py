@@ -59,6 +59,15 @@ def _handed_claims(client: redis.Redis, sem: Semaphore) -> dict[bytes, int]:
     return claims
 
 
+def _held(settings, name: str) -> tuple[Semaphore, Permit]:  # type: ignore[no-untyped-def]
+    """A limit-1 semaphore ``name``, its one permit held by this process (no renewal: no script meanwhile)."""
+    settings.SEMAPHORE_WAITER_TTL = WAITER_TTL
+    sem = make(name)
+    holder = sem.acquire(auto_renew=False)
+    assert holder is not None
+    return sem, holder
+
+
 def _stop(processes: list) -> None:
     for process in processes:
         if process.is_alive():
@@ -72,10 +81,7 @@ def test_a_dead_head_given_a_pass_after_an_idle_gap_ties_the_permit_one_waiter_t
     # Nobody touches the line for longer than a waiter TTL (the holder does not renew), so the
     # release that ends the gap cannot tell dead waiters from ones the server had not heard from:
     # each gets a pass. The one at the head is handed the permit, which nobody will renew.
-    settings.SEMAPHORE_WAITER_TTL = WAITER_TTL
-    sem = make("passes")
-    holder = sem.acquire(auto_renew=False)
-    assert holder is not None
+    sem, holder = _held(settings, "passes")
     processes: list = []
     try:
         processes = _queue_dead_waiters(key_prefix, "passes", sem, 3)
@@ -98,10 +104,7 @@ def test_a_dead_head_handed_the_permit_while_others_wait_ties_it_one_waiter_ttl_
 ) -> None:
     # A live waiter behind them keeps the line served, so no pass: the dead head's heartbeat has
     # simply not run out yet when the release hands it the permit.
-    settings.SEMAPHORE_WAITER_TTL = WAITER_TTL
-    sem = make("busy-line")
-    holder = sem.acquire(auto_renew=False)
-    assert holder is not None
+    sem, holder = _held(settings, "busy-line")
     processes: list = []
     got: list[Permit | None] = []
     live = threading.Thread(target=lambda: got.append(make("busy-line").acquire(wait=30)))

@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 import redis
 
-from django_semaphore import get_semaphore, signals
+from django_semaphore import Permit, get_semaphore, signals
 from django_semaphore.core.semaphore import Semaphore
 from django_semaphore.memory_check import check_eviction_policy
 from django_semaphore.testing import RedisServer
 
 from .conftest import OWN_SERVER_TIMEOUTS
+from .support.recorded import recorded
 
 pytestmark = pytest.mark.processes
 
@@ -36,27 +37,24 @@ LRU_CLOCK_RESOLUTION = 1.1
 
 
 @pytest.fixture
-def admin(own_server: RedisServer) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(own_server.url)
-    try:
-        yield client
-    finally:
-        client.close()
+def admin(own_server_client: redis.Redis) -> redis.Redis:
+    return own_server_client
 
 
 @pytest.fixture
 def keys_lost() -> Iterator[list[dict[str, Any]]]:
-    """What ``semaphore_keys_lost`` reports meanwhile."""
-    seen: list[dict[str, Any]] = []
-
-    def note(sender: str, signal: object, **kwargs: Any) -> None:
-        seen.append({"sender": sender, **kwargs})
-
-    signals.semaphore_keys_lost.connect(note)
-    try:
+    with recorded(signals.semaphore_keys_lost) as seen:
         yield seen
-    finally:
-        signals.semaphore_keys_lost.disconnect(note)
+
+
+@pytest.fixture
+def quiet_holder(small_lru_server: redis.Redis) -> tuple[Semaphore, Permit]:
+    """A limit-1 semaphore whose one holder does not renew, gone quiet: older than any cache entry to come."""
+    sem: Semaphore = get_semaphore("single")
+    holder = sem.acquire(auto_renew=False)
+    assert holder is not None
+    time.sleep(LRU_CLOCK_RESOLUTION)
+    return sem, holder
 
 
 def _policy(client: redis.Redis, policy: str, maxmemory: int | str) -> None:
@@ -141,14 +139,14 @@ def small_lru_server(admin: redis.Redis, settings) -> redis.Redis:
 
 
 def test_allkeys_lru_evicts_a_quiet_semaphores_holders_and_the_next_acquire_says_so(
-    small_lru_server: redis.Redis, keys_lost: list[dict[str, Any]], caplog: pytest.LogCaptureFixture
+    small_lru_server: redis.Redis,
+    quiet_holder: tuple[Semaphore, Permit],
+    keys_lost: list[dict[str, Any]],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    sem: Semaphore = get_semaphore("single")
-    holder = sem.acquire(auto_renew=False)
-    assert holder is not None
+    sem, _holder = quiet_holder
     [message] = check_eviction_policy()
     assert message.id == "django_semaphore.E019"
-    time.sleep(LRU_CLOCK_RESOLUTION)  # a quiet semaphore: older than the cache's entries on Redis's clock
     _churn_until(small_lru_server, [sem.keys.holders], keep_warm=sem.keys.state)
     assert small_lru_server.exists(sem.keys.state)
     with caplog.at_level(logging.ERROR, logger="django_semaphore.keys"):
@@ -163,24 +161,15 @@ def test_allkeys_lru_evicts_a_quiet_semaphores_holders_and_the_next_acquire_says
 
 
 def test_allkeys_lru_evicts_every_key_and_the_holders_renewal_says_so(
-    small_lru_server: redis.Redis, keys_lost: list[dict[str, Any]], caplog: pytest.LogCaptureFixture
+    small_lru_server: redis.Redis,
+    quiet_holder: tuple[Semaphore, Permit],
+    keys_lost: list[dict[str, Any]],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    sem: Semaphore = get_semaphore("single")
-    holder = sem.acquire(auto_renew=False)
-    assert holder is not None
-    lost: list[str] = []
-
-    def note(sender: str, reason: str, **kwargs: Any) -> None:
-        lost.append(reason)
-
-    signals.semaphore_lost.connect(note)
-    try:
-        time.sleep(LRU_CLOCK_RESOLUTION)
-        _churn_until(small_lru_server, [sem.keys.holders, sem.keys.info, sem.keys.state])
-        with caplog.at_level(logging.ERROR, logger="django_semaphore.keys"):
-            assert holder.renew() is False  # its lease had not ended: its keys were evicted under it
-    finally:
-        signals.semaphore_lost.disconnect(note)
-    assert lost == ["vanished"] and not holder.held
+    sem, holder = quiet_holder
+    _churn_until(small_lru_server, [sem.keys.holders, sem.keys.info, sem.keys.state])
+    with recorded(signals.semaphore_lost) as lost, caplog.at_level(logging.ERROR, logger="django_semaphore.keys"):
+        assert holder.renew() is False  # its lease had not ended: its keys were evicted under it
+    assert [event["reason"] for event in lost] == ["vanished"] and not holder.held
     assert keys_lost == [{"sender": "single", "name": "single", "partition": None, "found": "all", "permits": 1}]
     assert any("vanished" in record.getMessage() for record in caplog.records)

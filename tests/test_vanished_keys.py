@@ -19,20 +19,13 @@ import redis
 from django_semaphore import get_semaphore, signals
 
 from .support.polling import wait_until
+from .support.recorded import recorded
 
 
 @pytest.fixture
 def keys_lost() -> Iterator[list[dict[str, Any]]]:
-    seen: list[dict[str, Any]] = []
-
-    def note(sender: str, signal: object, **kwargs: Any) -> None:
-        seen.append(kwargs)
-
-    signals.semaphore_keys_lost.connect(note)
-    try:
+    with recorded(signals.semaphore_keys_lost) as seen:
         yield seen
-    finally:
-        signals.semaphore_keys_lost.disconnect(note)
 
 
 def test_holders_gone_while_the_state_counts_permits_held(
@@ -43,7 +36,7 @@ def test_holders_gone_while_the_state_counts_permits_held(
     redis_client.delete(sem.keys.holders)
     with caplog.at_level(logging.ERROR, logger="django_semaphore.keys"):
         assert sem.acquire(auto_renew=False) is not None
-    assert keys_lost == [{"name": "reports", "partition": None, "found": "holders", "permits": 2}]
+    assert keys_lost == [{"sender": "reports", "name": "reports", "partition": None, "found": "holders", "permits": 2}]
     assert len(caplog.records) == 1 and "2 permits" in caplog.records[0].getMessage()
     assert sem.acquire(auto_renew=False) is not None  # said once: the count is healed
     assert len(keys_lost) == 1
@@ -58,7 +51,7 @@ def test_the_state_gone_while_holders_remain_keeps_counting_them(
     assert holder is not None
     redis_client.delete(sem.keys.state)
     assert sem.acquire(auto_renew=False) is None  # the surviving holder still counts: no second one
-    assert keys_lost == [{"name": "single", "partition": None, "found": "state", "permits": 1}]
+    assert keys_lost == [{"sender": "single", "name": "single", "partition": None, "found": "state", "permits": 1}]
     later = sem.acquire(auto_renew=False)
     assert later is None and len(keys_lost) == 1
     holder.release()
@@ -93,7 +86,7 @@ def test_a_holder_whose_every_key_vanished_learns_it_at_its_renewal(
     redis_client.delete(*sem.keys.common)
     renewed = asyncio.run(holder.arenew()) if in_event_loop else holder.renew()
     assert renewed is False and holder.lost
-    assert keys_lost == [{"name": "single", "partition": None, "found": "all", "permits": 1}]
+    assert keys_lost == [{"sender": "single", "name": "single", "partition": None, "found": "all", "permits": 1}]
 
 
 def test_a_lease_that_simply_ran_out_is_no_vanished_key(keys_lost: list[dict[str, Any]], settings) -> None:
