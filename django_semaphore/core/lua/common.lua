@@ -621,14 +621,6 @@ local function leave_line(line, token)
   skip_in_line(line, token)
 end
 
--- One protocol for freed capacity, whoever frees it (a release, a lease running out, a waiter
--- leaving, a raised limit). Fair: hand the free permits straight to the waiters at the head of the
--- line, in order, as far as they fit (a head that does not fit stops the line); each gets a grant
--- note "G|fence|deadline|now" on its wake list, so it holds the permit without asking again. Its
--- lease runs one of its own waiter TTLs at first, its heartbeat's span, whether it beat just now or
--- is on a pass: a waiter that died in line (since its last heartbeat, or before an idle gap) ties
--- the permit that long at most. Not fair: wake as many waiters as could fit; they race for the permits.
--- `ctx.caller` (acquire) is granted in place when its turn comes; returns true then.
 -- A lease this script granted may end before the waiter at the head of the line looks again (it
 -- learns the earliest lease's end from its own calls, at least every third of its TTL, later when
 -- the server's timer is slow): wake it, so it sets its timer for that end, and the permit goes on
@@ -646,6 +638,14 @@ local function alert_head(ctx, line, cfg)
   end
 end
 
+-- One protocol for freed capacity, whoever frees it (a release, a lease running out, a waiter
+-- leaving, a raised limit). Fair: hand the free permits straight to the waiters at the head of the
+-- line, in order, as far as they fit (a head that does not fit stops the line); each gets a grant
+-- note "G|fence|deadline|now" on its wake list, so it holds the permit without asking again. Its
+-- lease runs one of its own waiter TTLs at first, its heartbeat's span, whether it beat just now or
+-- is on a pass: a waiter that died in line (since its last heartbeat, or before an idle gap) ties
+-- the permit that long at most. Not fair: wake as many waiters as could fit; they race for the permits.
+-- `ctx.caller` (acquire) is granted in place when its turn comes; returns true then.
 local function serve_line(ctx, line, cfg)
   local free = ctx.limit - ctx.used
   if free <= 0 or line.waiting <= 0 then
