@@ -33,21 +33,23 @@ class Plan:
     web_seconds: float
     async_seconds: float
     adaptive_seconds: float
+    expiry_samples: int
 
 
-FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0, 20.0)
-QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5, 8.0)
+FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0, 20.0, 100)
+QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5, 8.0, 20)
 
 
 def benchmarks(
     plan: Plan, processes: int, wrk: bool = False, svg: str | None = None
 ) -> dict[str, Callable[[Bench], dict[str, Any]]]:
-    from . import adaptive, concurrency, contended, cycle, handoff, scale, web
+    from . import adaptive, concurrency, contended, cycle, expiry, handoff, scale, web
 
     return {
         "cycle": lambda b: cycle.run(b, plan.cycle_seconds, plan.repeats),
         "contended": lambda b: contended.run(b, processes, plan.contended_seconds, plan.contended_repeats),
         "handoff": lambda b: handoff.run(b, plan.handoff_samples),
+        "expiry": lambda b: expiry.run(b, plan.expiry_samples),
         "scale": lambda b: scale.run(b, plan.scale_seconds, plan.repeats),
         "web": lambda b: web.run(b, plan.web_seconds, plan.repeats, wrk),
         "async": lambda b: concurrency.run(b, plan.async_seconds, plan.repeats),
@@ -85,13 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shorter and fewer repeats: under a minute")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown (for README)")
-    parser.add_argument("--only", default="", help="comma-separated: cycle,contended,handoff,scale,web,async,adaptive")
+    parser.add_argument(
+        "--only", default="", help="comma-separated: cycle,contended,handoff,expiry,scale,web,async,adaptive"
+    )
     parser.add_argument("--processes", type=int, default=0, help="contended processes (default 12; 4 with --quick)")
     parser.add_argument("--wrk", action="store_true", help="drive the web benchmark with wrk (if installed)")
     parser.add_argument("--svg", default=None, help="adaptive: write a chart of limit and work time to this file")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    everything = ["cycle", "contended", "handoff", "scale", "web", "async", "adaptive"]
+    everything = ["cycle", "contended", "handoff", "expiry", "scale", "web", "async", "adaptive"]
     names = [n.strip() for n in args.only.split(",") if n.strip()] or everything
     unknown = set(names) - set(everything)
     if unknown:

@@ -48,6 +48,8 @@ HEADLINES: list[tuple[str, str, Check | None, str, str]] = [
     ("handoff_p50_rtt", "hand-off p50 from release() called, in RTTs", lambda v: v <= 2, "<= 2", "{:.1f}"),
     ("handoff_p99_rtt", "hand-off p99 from release() called, in RTTs", None, "", "{:.1f}"),
     ("handoff_after_return_p50_rtt", "  hand-off p50 after release() returned", None, "", "{:.1f}"),
+    ("expiry_handoff_p50_ms", "hand-off p50 after a lease ends (ms)", lambda v: v <= 20, "<= 20", "{:.1f}"),
+    ("expiry_handoff_p99_ms", "hand-off p99 after a lease ends (ms)", None, "", "{:.1f}"),
     ("scale_1k_holders_ratio", "scale: cost with 1,000 holders / 10", None, "", "{:.2f}"),
     ("scale_10k_holders_ratio", "scale: cost with 10,000 holders / 10", lambda v: v <= 1.5, "<= 1.5", "{:.2f}"),
     ("scale_1k_waiters_ratio", "scale: cost with 1,000 waiters / 10 holders", None, "", "{:.2f}"),

@@ -30,6 +30,8 @@ SEMAPHORES = {
     "contended-unfair": {"limit": 3, "lease": 10, "fair": False},
     "mutex-unfair": {"limit": 1, "lease": 10, "fair": False},
     "handoff": {"limit": 1, "lease": 30},
+    # A holder whose lease runs out (benchmarks/expiry.py).
+    "expiry": {"limit": 1, "lease": 30},
     # Room for 10,000 holders; the waiting-line case overrides the limit at run time.
     "scale": {"limit": 20_000, "lease": 600},
 }

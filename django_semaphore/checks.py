@@ -3,7 +3,7 @@
 Errors:
 
 - E001 ``SEMAPHORE_CONNECTION`` names a cache alias that ``CACHES`` lacks.
-- E002 that cache is not a django-redis cache.
+- E002 that cache is neither a django-redis cache nor Django's own ``RedisCache``.
 - E003 that cache's client is sharded (no single server to hold a semaphore).
 - E004 ``SEMAPHORE_CONNECTION`` is neither an alias, a URL nor an importable factory.
 - E005 a ``SEMAPHORES`` entry has a wrong type or range.
@@ -40,7 +40,9 @@ Warnings:
 - W005 the admin is installed (so the dashboard is) but ``django.contrib.staticfiles``
   is not: ``collectstatic`` never copies the dashboard's CSS and JS, and they 404.
 
-E015 (Redis unreachable or refusing) is a deployment check, in ``redis_check.py``.
+E015 (Redis unreachable or refusing) is a deployment check, in ``redis_check.py``;
+so are E019, W006, W007 and I001 (what the server's eviction policy puts at
+risk), in ``memory_check.py``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from django.utils.module_loading import import_string
 from . import response_log
 from .admission import MODES
 from .core.adaptive import adaptive_problems, is_adaptive, keyed_problem
+from .core.cache_backends import BUILT_IN_BACKEND, DJANGO_REDIS_BACKEND, backend_kind
 from .core.conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, declared, option_problems, unknown_option_problems
 from .core.keys import check_prefix
 from .request_keys import client_chosen, key_problem
@@ -67,7 +70,6 @@ from .rules import as_strings, rule_problems, unknown_rule_fields, uses_middlewa
 APP = "django_semaphore"
 MIDDLEWARE_PATH = "django_semaphore.middleware.SemaphoreMiddleware"
 AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
-DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 SHARDED_CLIENT = "django_redis.client.ShardClient"
 
 
@@ -126,20 +128,24 @@ def check_connection(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             _error(
                 1,
                 f"SEMAPHORE_CONNECTION names the cache {setting!r}, which CACHES does not define.",
-                f"Add {setting!r} to CACHES with BACKEND {DJANGO_REDIS_BACKEND!r}, or point "
-                "SEMAPHORE_CONNECTION at an existing alias or a redis:// URL.",
+                f"Add {setting!r} to CACHES with BACKEND {DJANGO_REDIS_BACKEND!r} or {BUILT_IN_BACKEND!r}, or "
+                "point SEMAPHORE_CONNECTION at an existing alias or a redis:// URL.",
             )
         ]
     cache = caches[setting]
-    if cache.get("BACKEND") != DJANGO_REDIS_BACKEND:
+    kind = backend_kind(cache.get("BACKEND"))
+    if kind is None:
         return [
             _error(
                 2,
                 f"Cache {setting!r} uses {cache.get('BACKEND')!r}, which cannot hand out a Redis client.",
-                f"Use BACKEND {DJANGO_REDIS_BACKEND!r} for this cache, or set SEMAPHORE_CONNECTION to a redis:// URL.",
+                f"Use BACKEND {DJANGO_REDIS_BACKEND!r} or {BUILT_IN_BACKEND!r} for this cache, or set "
+                "SEMAPHORE_CONNECTION to a redis:// URL.",
             )
         ]
     options = cache.get("OPTIONS") or {}
+    if kind == "built-in":
+        return _built_in_timeout_warnings(setting, cache.get("LOCATION"), options)
     if options.get("CLIENT_CLASS") == SHARDED_CLIENT:
         return [
             _error(
@@ -158,6 +164,16 @@ def check_connection(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     )
 
 
+def _built_in_timeout_warnings(alias: str, location: object, options: Mapping[str, Any]) -> list[CheckMessage]:
+    """W001 for Django's own RedisCache: redis-py's options, in OPTIONS or in the first server's URL."""
+    first = location[0] if isinstance(location, (list, tuple)) and location else location
+    found = parse_qs(urlparse(re.split("[;,]", first)[0]).query) if isinstance(first, str) else {}
+    for name in ("socket_timeout", "socket_connect_timeout"):
+        if options.get(name):
+            found[name] = [options[name]]
+    return _timeout_warnings(found, f"cache {alias!r}")
+
+
 def _timeout_warnings(options: Mapping[str, list[Any]], where: str) -> list[CheckMessage]:
     missing = [name for name in ("socket_timeout", "socket_connect_timeout") if not (options.get(name) or [None])[0]]
     if not missing:
@@ -168,7 +184,8 @@ def _timeout_warnings(options: Mapping[str, list[Any]], where: str) -> list[Chec
             f"The semaphore connection ({where}) sets no {' or '.join(missing)}: a hung Redis would hang "
             "every guarded request.",
             "Set short timeouts, e.g. OPTIONS {'SOCKET_CONNECT_TIMEOUT': 0.5, 'SOCKET_TIMEOUT': 2} on a "
-            "django-redis cache, or ?socket_connect_timeout=0.5&socket_timeout=2 on a URL.",
+            "django-redis cache, {'socket_connect_timeout': 0.5, 'socket_timeout': 2} on Django's own "
+            "RedisCache, or ?socket_connect_timeout=0.5&socket_timeout=2 on a URL.",
         )
     ]
 
@@ -339,7 +356,7 @@ def check_middleware_rules(app_configs: Any = None, **kwargs: Any) -> list[Check
             messages.append(_error(6, f"SEMAPHORE_MIDDLEWARE_RULES[{index}]['key']: {problem}", _KEY_HINT))
         messages += _too_heavy(f"SEMAPHORE_MIDDLEWARE_RULES[{index}]", name, raw.get("weight"))
         wanted = as_strings(raw.get("url_name"))
-        if wanted:
+        if wanted and _has_urlconf():
             known_urls = url_names() if known_urls is None else known_urls
             messages += [
                 _error(
@@ -372,8 +389,15 @@ def _too_heavy(where: str, name: object, weight: object) -> list[CheckMessage]:
     ]
 
 
+def _has_urlconf() -> bool:
+    """Settings without URLs (a Celery worker's: it runs the checks as it starts) have no views to check."""
+    return bool(getattr(settings, "ROOT_URLCONF", None))
+
+
 def routed_views(resolver: URLResolver | None = None) -> Iterator[Callable[..., Any]]:
     """Every view the URLconf routes to, and the handlers of class-based ones."""
+    if resolver is None and not _has_urlconf():
+        return
     for entry in (resolver or get_resolver()).url_patterns:
         if isinstance(entry, URLResolver):
             yield from routed_views(entry)

@@ -15,6 +15,12 @@ listed below.
 - ``semaphore_limit_adapted``: ``old_limit``, ``new_limit``, ``reason`` (the
   adaptive rule moved the limit; sent by the one process whose release ended
   the window, so once per change site-wide)
+- ``semaphore_keys_lost``: ``found`` ("holders", "state" or "all"),
+  ``permits`` (how many the lost record counted); a script found the
+  semaphore's keys gone while permits were held (evicted by a ``maxmemory``
+  policy, deleted, lost in a failover): more than the limit may be inside.
+  Sent once per loss, by the process whose call found it; logged at ERROR on
+  ``django_semaphore.keys`` too (``core/vanished.py``)
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ semaphore_lost = Signal()
 semaphore_backend_error = Signal()
 semaphore_request_outcome = Signal()
 semaphore_limit_adapted = Signal()
+semaphore_keys_lost = Signal()
 
 
 def emit(signal: Signal, *, name: str, **kwargs: Any) -> None:

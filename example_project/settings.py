@@ -103,13 +103,17 @@ SEMAPHORE_MIDDLEWARE_BYPASS = "example_project.shop.limits.is_superuser"
 # The draft RateLimit-Policy / RateLimit response fields, so you can watch them in the browser.
 SEMAPHORE_RATELIMIT_HEADERS = True
 
-# Celery (example_project/celery.py, shop/tasks.py): the broker and result backend on the
-# same Redis server as the permits, in a database of their own.
+# Celery (example_project/celery_app.py reads every CELERY_* setting: config_from_object with
+# namespace="CELERY"; shop/tasks.py): the broker and result backend on the same Redis server as
+# the permits, in a database of their own.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", CACHES["default"]["LOCATION"].rsplit("/", 1)[0] + "/1")
 CELERY_RESULT_BACKEND = CELERY_BROKER_URL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A task whose worker process died goes back on the queue (with acks_late).
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# A worker killed outright leaves its unacknowledged messages to the Redis transport, which delivers
+# them again after this many seconds: above the longest task (10 s here) and any retry's countdown.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 
 # Show the dry run's "would reject" lines in the console.
 LOGGING = {

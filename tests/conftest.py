@@ -76,6 +76,16 @@ def own_server(settings) -> Iterator[RedisServer]:
         server.close()
 
 
+@pytest.fixture
+def own_server_client(own_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the test's own server that is not the app's (whose pool the test must not disturb)."""
+    client = redis.Redis.from_url(own_server.url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     try:
         from django_semaphore.testing import find_binary

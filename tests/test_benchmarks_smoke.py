@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from benchmarks import adaptive, contended, handoff, peers
+from benchmarks import adaptive, contended, expiry, handoff, peers
 from benchmarks import settings as bench_settings
 from benchmarks.__main__ import Plan, run
 from benchmarks.runtime import Bench, fresh_redis
 
-TINY = Plan(0.05, 1, 2, 0.3, 1, 3, 0.05, 0.5, 0.1, 1.0)
+TINY = Plan(0.05, 1, 2, 0.3, 1, 3, 0.05, 0.5, 0.1, 1.0, 2)
 
 
 @pytest.fixture
@@ -47,6 +47,12 @@ def test_contended_runs_every_contender_and_reports_the_keys(bench: Bench) -> No
 def test_handoff_reports_percentiles_in_round_trips(bench: Bench) -> None:
     figures = handoff.run(bench, samples=3)
     assert figures["handoff_p99_rtt"] >= figures["handoff_p50_rtt"]
+
+
+def test_expiry_reports_how_late_after_the_lease_end_on_the_servers_clock(bench: Bench) -> None:
+    figures = expiry.run(bench, samples=2)
+    assert figures["expiry_samples"] == 2
+    assert figures["expiry_handoff_max_ms"] >= figures["expiry_handoff_p50_ms"] >= 0  # never before the lease ended
 
 
 def test_adaptive_compares_every_case_and_draws_the_chart(bench: Bench, tmp_path) -> None:

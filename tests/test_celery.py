@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 import redis
+from billiard.exceptions import WorkerLostError
 
 from django_semaphore import SemaphoreFull, get_semaphore
 from django_semaphore.celery import JITTER, limit_task
 from django_semaphore.core.semaphore import PAUSED_RETRY_AFTER
 from django_semaphore.testing import RedisServer
 
-from .support.celery_app import app, call_partner, export, for_tenant, give_up_soon
+from .support.celery_app import app, call_partner, export, export_acked_early, for_tenant, give_up_soon
 from .support.celery_settings import PARTNER_LIMIT, TASK_SEMAPHORES
 from .support.celery_worker import CeleryWorker
 from .support.polling import wait_until
@@ -97,6 +98,26 @@ def test_the_holder_names_the_task_and_a_killed_acks_late_task_gives_its_permit_
     assert time.monotonic() - killed <= TASK_SEMAPHORES["exports"]["lease"] + 1
     assert result.get(timeout=RESULT_TIMEOUT) == "exported"  # acks_late: delivered again, and run
     wait_until(lambda: sem.status().used == 0)
+
+
+@pytest.mark.processes
+def test_with_celerys_default_acks_a_killed_task_fails_and_is_not_delivered_again(
+    worker: CeleryWorker, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    sem = get_semaphore("exports")
+    result = export_acked_early.apply_async((60,), queue=worker.queue)
+    wait_until(lambda: sem.status().holder_count == 1, timeout=30)
+    (holder,) = sem.status().holders
+    os.kill(holder.metadata["pid"], signal.SIGKILL)  # a pool process of our own worker, by its pid
+    with pytest.raises(WorkerLostError):
+        result.get(timeout=RESULT_TIMEOUT)
+    assert result.state == "FAILURE"
+    wait_until(lambda: sem.status().used == 0, timeout=TASK_SEMAPHORES["exports"]["lease"] + 5)  # within its lease
+    with redis.Redis.from_url(worker.broker_url) as broker:
+        # Acknowledged before it ran: not on the queue, nor among the messages the broker would restore.
+        assert broker.llen(worker.queue) == 0
+        assert not [raw for raw in broker.hvals("unacked") if result.id.encode() in raw]
+    assert len(attempts(redis_client, key_prefix, result.id)) == 1
 
 
 @pytest.mark.processes

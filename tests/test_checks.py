@@ -324,3 +324,11 @@ def test_e015_names_a_refusal_and_never_a_password(settings) -> None:
 def test_e015_leaves_a_wrong_connection_setting_to_its_own_check(settings) -> None:
     settings.SEMAPHORE_CONNECTION = "no-such-alias"
     assert redis_check.check_redis_reachable() == []
+
+
+def test_settings_without_a_urlconf_are_checked_without_a_crash(settings) -> None:
+    # A worker's settings (Celery runs the system checks when a worker starts) often have no URLs.
+    del settings.ROOT_URLCONF
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "reports", "url_name": "anything"}]
+    assert checks.check_decorated_views() == []
+    assert checks.check_middleware_rules() == []

@@ -89,7 +89,7 @@ def test_a_grant_note_read_after_a_stall_past_the_claim_is_confirmed_first() -> 
     next(flow)
     block = flow.send(reply(QUEUED))
     assert isinstance(block, Block)
-    clock.now += 2.5  # the process stalled: its claim (2 s) may have run out
+    clock.now += 2.5  # the process stalled: its claim (one waiter TTL, 1 s) may have run out
     assert flow.send(Woken(grant_note(NOW_MS + 2000))) == CONFIRM
     with pytest.raises(StopIteration) as done:
         flow.send([1, NOW_MS + 62_000, NOW_MS + 2500])
@@ -132,6 +132,17 @@ def test_a_lease_within_the_claim_needs_no_confirmation_even_without_background_
     assert done.value.value.code == HANDED
 
 
+def test_a_lease_longer_than_the_claim_is_confirmed_without_background_renewal() -> None:
+    # The claim is one waiter TTL (1 s): a lease of 1.5 s is handed on it, and nobody else renews it.
+    flow = acquire_flow(request(lease_ms=1500, background=False), Clock())
+    next(flow)
+    flow.send(reply(QUEUED))
+    assert flow.send(Woken(grant_note(NOW_MS + 1000))) == CONFIRM
+    with pytest.raises(StopIteration) as done:
+        flow.send([1, NOW_MS + 1500, NOW_MS])
+    assert done.value.value.lease_deadline_ms == NOW_MS + 1500
+
+
 def test_the_deadline_passing_in_line_leaves_it_and_reports_full() -> None:
     clock = Clock()
     flow = acquire_flow(request(wait=0.5), clock)
@@ -164,5 +175,29 @@ def test_a_wait_the_driver_already_left_ends_without_leaving_twice() -> None:
 def test_next_block_is_a_third_of_the_ttl_bounded_by_the_nearest_lease_end_and_the_deadline() -> None:
     assert next_block(10.0, 0, 3.0) == pytest.approx(1.0)
     assert next_block(10.0, 200, 3.0) == pytest.approx(0.202)
+    assert next_block(10.0, 1500, 3.0) == pytest.approx(1.502)  # within two heartbeats: waited for
+    assert next_block(10.0, 2500, 3.0) == pytest.approx(1.0)
     assert next_block(0.05, 0, 3.0) == pytest.approx(0.05)
     assert next_block(0.0, 0, 3.0) > 0  # BLPOP's 0 would mean "forever"
+
+
+@pytest.mark.parametrize(
+    ("wait", "nearest", "precise", "at_expiry"),
+    [
+        (5, 0, False, False),
+        (5, 200, False, True),
+        (5, 500, False, True),
+        (5, 900, False, False),
+        (0.2, 300, True, False),
+    ],
+    ids=["no-lease", "lease-ends-first", "lease-ends-within-two-beats", "heartbeat-first", "deadline-first"],
+)
+def test_a_wait_that_ends_at_a_lease_end_or_the_deadline_is_bounded_by_the_waiter(
+    wait: float, nearest: int, precise: bool, at_expiry: bool
+) -> None:
+    # The driver ends such a wait on its own clock: Redis's timer may fire the BLPOP timeout late.
+    flow = acquire_flow(request(wait=wait, lease_ms=60_000), Clock())
+    next(flow)
+    block = flow.send(reply(QUEUED, nearest=nearest))
+    assert isinstance(block, Block)
+    assert (block.precise, block.at_expiry) == (precise, at_expiry)

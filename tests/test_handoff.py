@@ -64,7 +64,7 @@ def test_a_handed_permit_is_renewed_to_its_full_lease() -> None:
     permit = got[0]
     assert permit is not None
     (status_holder,) = sem.status().holders
-    assert status_holder.lease_deadline_ms - sem.status().now_ms > 30_000  # not the 2 s claim
+    assert status_holder.lease_deadline_ms - sem.status().now_ms > 30_000  # not the 1 s claim
     permit.release()
 
 
@@ -80,7 +80,7 @@ def test_a_permit_handed_to_a_frozen_waiter_comes_back_after_the_claim(key_prefi
         os.kill(waiter.pid, signal.SIGSTOP)  # alive to the line for up to a second, but it will never renew
         holder.release()  # handed to the frozen waiter on a short claim
         assert sem.status().used == 1
-        permit = sem.acquire(wait=10)  # the claim (2 s) lapses; the next in line gets the permit
+        permit = sem.acquire(wait=10)  # the claim (1 s) lapses; the next in line gets the permit
         assert permit is not None
         assert sem.status().counters["expired"] >= 1
         permit.release()

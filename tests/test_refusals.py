@@ -46,13 +46,9 @@ REFUSALS: dict[str, Refusal] = {
 
 
 @pytest.fixture
-def admin_client(own_server: RedisServer) -> Iterator[redis.Redis]:
-    """A client of the test's own server that is not the app's (whose pool the test must not disturb)."""
-    client = redis.Redis.from_url(own_server.url)
-    try:
-        yield client
-    finally:
-        client.close()
+def admin_client(own_server_client: redis.Redis) -> redis.Redis:
+    """conftest's ``own_server_client`` (this name is pytest-django's elsewhere)."""
+    return own_server_client
 
 
 @pytest.fixture

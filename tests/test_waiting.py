@@ -3,6 +3,7 @@ stall, and deadlines that are kept, with real OS processes and an independent re
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import random
@@ -13,7 +14,7 @@ import time
 import pytest
 import redis
 
-from django_semaphore import Attempt, Semaphore
+from django_semaphore import Attempt, Permit, Semaphore
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.testing import RedisServer, find_binary
 
@@ -102,7 +103,7 @@ def test_a_waiter_stalled_past_its_claim_is_not_granted_while_another_holds(
         wait_until(lambda: sem.status().waiting == 1)
         time.sleep(0.05)
         os.kill(waiter.pid, signal.SIGSTOP)
-        holder.release()  # handed to the stalled waiter, on its claim (two waiter TTLs: 2 s)
+        holder.release()  # handed to the stalled waiter, on its claim (one waiter TTL: 1 s)
         time.sleep(2.3)
         third = sem.acquire(wait=5, auto_renew=False)  # the claim lapsed: the permit came back
         assert third is not None
@@ -202,3 +203,57 @@ def test_a_permit_handed_over_after_the_deadline_goes_back(slow_timer_server: Re
             attempt.permit.release()
         status = sem.status()
         assert status.used == 0 and status.waiting == 0, status  # nothing stranded
+
+
+def _expired_handoff_lateness(server: RedisServer, from_line: bool, in_event_loop: bool) -> float:
+    """How long after a silent holder's lease ended (server clock, ms) the waiter behind it was granted."""
+    first = make("expiry", lease=30).acquire(auto_renew=False)
+    assert first is not None
+    holders: list[Permit | None] = []
+    waiters: list[Permit | None] = []
+    holder_thread = threading.Thread(
+        target=lambda: holders.append(make("expiry", lease=0.3).acquire(wait=10, auto_renew=False))
+    )
+
+    def wait_in_line() -> None:
+        sem = make("expiry", lease=30)
+        waiters.append(asyncio.run(sem.aacquire(wait=10)) if in_event_loop else sem.acquire(wait=10))
+
+    waiter_thread = threading.Thread(target=wait_in_line)
+    status = make("expiry").status
+    if from_line:  # the holder is itself handed the permit by a release, and the waiter is in line behind it
+        holder_thread.start()
+        wait_until(lambda: status().waiting == 1)
+        waiter_thread.start()
+        wait_until(lambda: status().waiting == 2)
+        first.release()
+        holder_thread.join(10)
+    else:
+        first.release()
+        holder_thread.run()
+        waiter_thread.start()
+    waiter_thread.join(10)
+    (holder,), (waiter,) = holders, waiters
+    assert holder is not None and waiter is not None
+    with redis.Redis.from_url(server.url) as client:
+        granted_at = int(client.hget(make("expiry").calls.keys.info, waiter.token).split(b"|")[1])
+    waiter.release()
+    return granted_at - holder.lease_deadline_ms
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("in_event_loop", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("from_line", [True, False], ids=["holder-from-the-line", "holder-acquired-directly"])
+def test_a_waiter_gets_an_expired_holders_permit_without_waiting_for_the_servers_timer(
+    slow_timer_server: RedisServer, settings, from_line: bool, in_event_loop: bool
+) -> None:
+    # The holder never releases: only its lease ending frees the permit. The waiter's timer is set for
+    # that moment; with the server's timer ticking once a second, Redis would end the waiter's BLPOP
+    # up to a second late, so the waiter bounds that wait itself. Each figure is on the server's
+    # clock (the grant's recorded time against the lease deadline); the bound is loose on purpose:
+    # a hand-off left to the server's timer is late by half a second on average, ours by a few ms
+    # (the figures: docs/performance.md).
+    settings.SEMAPHORE_WAITER_TTL = 5  # heartbeats (which the slow timer delays too) play no part
+    lateness = sorted(_expired_handoff_lateness(slow_timer_server, from_line, in_event_loop) for _ in range(9))
+    assert lateness[0] >= 0  # never before the lease ended
+    assert lateness[len(lateness) // 2] < 100, lateness

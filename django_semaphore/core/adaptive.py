@@ -196,7 +196,8 @@ class LimitChange:
 def release_reply(reply: Any) -> tuple[bool, LimitChange | None]:
     """A release's reply: whether the lease was held, and the limit's move if this release made one."""
     if isinstance(reply, (list, tuple)):
-        released, old, new, reason = reply
+        # A fifth element says what keys vanished (core/vanished.py); then a reason of "" is no change.
+        released, old, new, reason, *_vanished = reply
         text = reason.decode() if isinstance(reason, bytes) else str(reason)
-        return bool(released), LimitChange(int(old), int(new), text)
+        return bool(released), LimitChange(int(old), int(new), text) if text else None
     return bool(reply), None

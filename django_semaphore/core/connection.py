@@ -1,8 +1,9 @@
 """Where the Redis clients come from.
 
-``SEMAPHORE_CONNECTION`` is a django-redis cache alias (the default, so the
-app shares the site's pool, Sentinel set-up included), a ``redis://`` URL, or
-a callable (or its dotted path) returning a redis-py client: the way in for a
+``SEMAPHORE_CONNECTION`` is a cache alias (the default, so the app shares the
+site's pool: django-redis's, Sentinel set-up included, or Django's own
+``RedisCache``'s, see ``cache_backends``), a ``redis://`` URL, or a callable
+(or its dotted path) returning a redis-py client: the way in for a
 ``RedisCluster``, which django-redis cannot hand out.
 
 The asyncio client is built per event loop, because redis.asyncio
@@ -30,6 +31,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 from redis.backoff import NoBackoff
 
+from .cache_backends import cache_client
 from .conf import app_setting
 
 # Connection options that mean the same to redis-py's sync and asyncio pools.
@@ -86,14 +88,7 @@ def get_client() -> Any:
             if setting not in _url_clients:
                 _url_clients[setting] = redis.Redis.from_url(setting)
             return _url_clients[setting]
-    from django_redis import get_redis_connection
-
-    try:
-        return get_redis_connection(setting, write=True)
-    except NotImplementedError as exc:
-        raise ImproperlyConfigured(
-            f"Cache {setting!r} cannot hand out a single Redis client (a sharded django-redis client?)."
-        ) from exc
+    return cache_client(setting)
 
 
 def _async_from_sync(client: Any) -> Any:

@@ -9,7 +9,10 @@ Besides relaying steps, a driver owns three things the flow cannot see:
 - **A wait that ends on time.** Redis fires ``BLPOP`` timeouts on its own
   timer (``hz``: every 100 ms by default), so a wait that ends at the
   caller's deadline is also bounded here; when Redis is late, the driver
-  leaves the line itself and unblocks its own wait.
+  leaves the line itself and unblocks its own wait. A wait that ends when
+  the earliest lease does is bounded the same way, but the driver stays in
+  line: it pushes a note onto its own wake list, and the flow asks again,
+  which reclaims the lease and hands its permit on within milliseconds.
 - **An interrupted call.** An outage, a cancelled task or Ctrl-C halfway may
   leave a permit granted unseen or a place in line. The driver gives both
   back: at once when Redis is answering, else through the background
@@ -39,6 +42,11 @@ from .results import AcquireReply
 
 # How much later than asked a precise wait may end before the driver stops waiting for Redis.
 LATE_WAIT_GRACE = 0.01
+# The same for a wait that ends when the earliest lease does: short, since the hand-off waits on it
+# and waking itself costs the waiter one round trip, not its place.
+EXPIRY_GRACE = 0.003
+# The note a waiter pushes onto its own wake list to end its wait (the flow then asks again).
+WAKE_SELF = b"W"
 # Seconds to wait for the reply a leave-and-unblock releases.
 UNBLOCKED_READ = 1.0
 
@@ -164,9 +172,21 @@ def _clean_up(client: Any, request: AcquireRequest, error: BaseException) -> Non
     renewer.reconcile(request.cancel_call(), within=request.lease_ms / 1000)
 
 
+def _grace(step: Block) -> float:
+    return LATE_WAIT_GRACE if step.precise else EXPIRY_GRACE
+
+
+def _wake_self(client: Any, request: AcquireRequest) -> None:
+    """End this waiter's own wait: a note on its wake list, expiring like a grant's if nobody reads it."""
+    pipe = client.pipeline(transaction=False)
+    pipe.rpush(request.wake_key, WAKE_SELF)
+    pipe.pexpire(request.wake_key, request.claim_ms)
+    pipe.execute()
+
+
 def _block(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
     timeout = _cap(step.timeout, read_timeout)
-    if not step.precise:
+    if not (step.precise or step.at_expiry):
         return Woken(_note(client.blpop([request.wake_key], timeout=timeout)))
     node = (
         client.get_redis_connection(client.get_node_from_key(request.wake_key))
@@ -177,16 +197,22 @@ def _block(client: Any, request: AcquireRequest, step: Block, read_timeout: floa
     connection = pool.get_connection()
     try:
         connection.send_command("BLPOP", request.wake_key, timeout)
-        if connection.can_read(timeout + LATE_WAIT_GRACE):
+        if connection.can_read(timeout + _grace(step)):
             return Woken(_note(connection.read_response()))
-        # Redis is late (its timer fires BLPOP timeouts): leave the line now, and let the
-        # note the leaving leaves behind end the wait, so the connection stays usable.
-        scripts.run(client, request.cancel_call(unblock=True))
+        # Redis is late (its timer fires BLPOP timeouts). At the deadline: leave the line now, and let
+        # the note the leaving leaves behind end the wait, so the connection stays usable. At a lease's
+        # end: end the wait with a note of its own, staying in line, and ask again.
+        if step.precise:
+            scripts.run(client, request.cancel_call(unblock=True))
+        else:
+            _wake_self(client, request)
+        note = None
         if connection.can_read(UNBLOCKED_READ):
-            connection.read_response()
+            note = _note(connection.read_response())
         else:
             connection.disconnect()
-        return Woken(left=True)
+        # The note read may be a grant that came first; the flow takes it (at the deadline, gives it back).
+        return Woken(left=True) if step.precise else Woken(note)
     except (redis.exceptions.MovedError, redis.exceptions.AskError):
         # The slot moved: the next acquire, through the cluster client, finds the new owner.
         return Woken()
@@ -261,20 +287,31 @@ async def _aclean_up(client: Any, request: AcquireRequest, error: BaseException)
     renewer.reconcile(request.cancel_call(), within=request.lease_ms / 1000)
 
 
+async def _awake_self(client: Any, request: AcquireRequest) -> None:
+    pipe = client.pipeline(transaction=False)
+    pipe.rpush(request.wake_key, WAKE_SELF)
+    pipe.pexpire(request.wake_key, request.claim_ms)
+    await pipe.execute()
+
+
 async def _ablock(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
     timeout = _cap(step.timeout, read_timeout)
-    if not step.precise or isinstance(client, AsyncRedisCluster):
-        if isinstance(client, AsyncRedisCluster) and step.precise:
-            # A cluster node's connections are not handed out: bound the wait from here instead.
+    bounded = step.precise or step.at_expiry
+    if not bounded or isinstance(client, AsyncRedisCluster):
+        if isinstance(client, AsyncRedisCluster) and bounded:
+            # A cluster node's connections are not handed out: bound the wait from here instead (the
+            # read cancelled, redis-py drops its connection, which ends the BLPOP on the server).
             try:
                 return Woken(
                     _note(
                         await asyncio.wait_for(
-                            client.blpop([request.wake_key], timeout=timeout), timeout + LATE_WAIT_GRACE
+                            client.blpop([request.wake_key], timeout=timeout), timeout + _grace(step)
                         )
                     )
                 )
             except asyncio.TimeoutError:
+                if not step.precise:
+                    return Woken()
                 await scripts.arun(client, request.cancel_call(unblock=True))
                 return Woken(left=True)
         return Woken(_note(await client.blpop([request.wake_key], timeout=timeout)))
@@ -283,18 +320,22 @@ async def _ablock(client: Any, request: AcquireRequest, step: Block, read_timeou
     try:
         await connection.send_command("BLPOP", request.wake_key, timeout)
         read = asyncio.ensure_future(connection.read_response())
-        done, _ = await asyncio.wait({read}, timeout=timeout + LATE_WAIT_GRACE)
+        done, _ = await asyncio.wait({read}, timeout=timeout + _grace(step))
         if done:
             return Woken(_note(read.result()))
-        await scripts.arun(client, request.cancel_call(unblock=True))
+        if step.precise:
+            await scripts.arun(client, request.cancel_call(unblock=True))
+        else:
+            await _awake_self(client, request)
+        note = None
         done, _ = await asyncio.wait({read}, timeout=UNBLOCKED_READ)
         if not done:
             read.cancel()
             await connection.disconnect()
         else:
             with suppress(Exception):
-                read.result()
-        return Woken(left=True)
+                note = _note(read.result())
+        return Woken(left=True) if step.precise else Woken(note)
     except (redis.exceptions.MovedError, redis.exceptions.AskError):
         return Woken()
     except BaseException:

@@ -46,12 +46,21 @@ class AcquireRequest:
 
     @property
     def claim_ms(self) -> int:
-        """How long a permit a release hands this waiter lives until it renews it: two of its own TTLs."""
+        """Two of its own TTLs, as the acquire script takes it: how long it keeps its ticket after a missed beat."""
         return max(int(self.waiter_ttl * 2000), 1)
+
+    @property
+    def handed_claim_ms(self) -> int:
+        """How long a permit a release hands this waiter lives until it renews it: one of its own TTLs.
+
+        A waiter that died in line ties the permit that long at most; a live
+        one renews within a round trip of reading the grant.
+        """
+        return max(self.claim_ms // 2, 1)
 
     def must_confirm(self, alive: bool) -> bool:
         """Whether a handed permit must be renewed before it is reported granted."""
-        on_claim = self.lease_ms > self.claim_ms
+        on_claim = self.lease_ms > self.handed_claim_ms
         return not alive or self.replicated or (on_claim and not self.renewed_in_background)
 
     @property
@@ -97,10 +106,14 @@ class Block:
 
     ``precise``: this wait ends at the caller's deadline, so the driver must not
     let Redis's timer make it late (it leaves the line itself if need be).
+    ``at_expiry``: this wait ends when the earliest lease does, and the waiter
+    then asks again (which reclaims it); the driver must not let Redis's timer
+    make that late either (it ends its own wait, staying in line).
     """
 
     timeout: float
     precise: bool
+    at_expiry: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,11 +143,28 @@ def next_block(remaining: float, nearest_expiry_ms: int, waiter_ttl: float) -> f
     The wake note usually arrives first; the timer is the backstop for a lost
     note, the earliest lease running out, and the heartbeat that keeps the
     waiter in line (a third of its time-to-live, so one late beat is safe).
+    A lease ending within two heartbeats is waited for instead: asking again
+    then is the heartbeat, and the permit it frees is taken when it ends, not
+    at a heartbeat that Redis's timer may make late.
     """
-    block = min(remaining, waiter_ttl / HEARTBEATS_PER_TTL)
-    if nearest_expiry_ms > 0:
-        block = min(block, nearest_expiry_ms / 1000 + 0.002)
+    beat = waiter_ttl / HEARTBEATS_PER_TTL
+    block = min(remaining, beat)
+    if nearest_expiry_ms > 0 and _until_expiry(nearest_expiry_ms) <= 2 * beat:
+        block = min(remaining, _until_expiry(nearest_expiry_ms))
     return max(block, MIN_BLOCK)
+
+
+def _until_expiry(nearest_expiry_ms: int) -> float:
+    """Seconds until the earliest lease has certainly ended on the server (its clock counts whole ms)."""
+    return nearest_expiry_ms / 1000 + 0.002
+
+
+def block_step(remaining: float, nearest_expiry_ms: int, waiter_ttl: float) -> Block:
+    """The next wait: until a note, a heartbeat, the earliest lease's end or the caller's deadline."""
+    block = next_block(remaining, nearest_expiry_ms, waiter_ttl)
+    precise = block >= remaining
+    at_expiry = not precise and nearest_expiry_ms > 0 and block == max(_until_expiry(nearest_expiry_ms), MIN_BLOCK)
+    return Block(block, precise=precise, at_expiry=at_expiry)
 
 
 def provably_alive(reply: AcquireReply, since_sent: float, grant: Grant, claim_ms: int) -> bool:
@@ -159,13 +189,14 @@ def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.mono
     deadline = started + request.wait
     sent = started
     reply = AcquireReply.parse((yield Acquire(request.wait if request.wait > 0 else None)), sent)
+    # Keys any of this call's acquires found gone (reported once, with the result).
+    lost = reply.vanished
     while reply.code == QUEUED:
         remaining = deadline - clock()
         if remaining <= 0:
             yield LEAVE
             break
-        block = next_block(remaining, reply.nearest_expiry_ms, request.waiter_ttl)
-        woken: Woken = yield Block(block, precise=block >= remaining)
+        woken: Woken = yield block_step(remaining, reply.nearest_expiry_ms, request.waiter_ttl)
         if woken.left:
             break
         if clock() >= deadline:
@@ -173,8 +204,8 @@ def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.mono
             break
         grant = Grant.parse(woken.note) if woken.note is not None else None
         if grant is not None:
-            handed = reply.handed(grant)
-            alive = provably_alive(reply, clock() - sent, grant, request.claim_ms)
+            handed = replace(reply.handed(grant), vanished=lost)
+            alive = provably_alive(reply, clock() - sent, grant, request.handed_claim_ms)
             if not request.must_confirm(alive):
                 return replace(handed, waited=clock() - started)
             confirming = clock()
@@ -190,6 +221,8 @@ def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.mono
             # The claim ran out before this waiter could renew it: it asks again, like a newcomer.
         sent = clock()
         reply = AcquireReply.parse((yield Acquire(deadline - sent)), sent)
+        lost = lost or reply.vanished
+    reply = replace(reply, vanished=lost)
     if reply.code == QUEUED:
         reply = replace(reply, code=FULL)
     elif reply.code == TOO_LATE:

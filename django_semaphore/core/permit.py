@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import signals
-from . import backend
+from . import backend, vanished
 from .adaptive import release_reply
 from .calls import Calls
 from .conf import MAX_SECONDS
@@ -162,7 +162,7 @@ class Permit:
 
     def _renewed(self, reply: RenewReply, sent: float, lease_ms: int) -> bool:
         if not reply.held:
-            self.mark_lost()
+            self.mark_lost("vanished" if self._keys_lost(reply.vanished, sent) else "expired")
             return False
         self.lease_deadline_ms = reply.lease_deadline_ms
         self.expires_at = sent + (reply.lease_deadline_ms - reply.now_ms) / 1000
@@ -236,10 +236,12 @@ class Permit:
 
     def _status(self, listed: int) -> SemaphoreStatus:
         reply = backend.run(self._calls.status(listed, False), self.name, self.partition)
+        vanished.report_status(self.name, self.partition, reply)
         return SemaphoreStatus.parse(self.name, self.partition, 0, reply)
 
     async def _astatus(self, listed: int) -> SemaphoreStatus:
         reply = await backend.arun(self._calls.status(listed, False), self.name, self.partition)
+        vanished.report_status(self.name, self.partition, reply)
         return SemaphoreStatus.parse(self.name, self.partition, 0, reply)
 
     def _listed(self, status: SemaphoreStatus) -> bool:
@@ -262,8 +264,29 @@ class Permit:
         call = self._calls.release(self.token, fence=self.fence)
         renewer.reconcile(call, within=self.lease, on_reply=self._report_change)
 
+    def _keys_lost(self, found: Any, sent: float) -> bool:
+        """Report keys a script found gone (core/vanished.py); True if they took this permit's live lease.
+
+        "all" (the semaphore has no keys left) is a loss only while this
+        permit's lease had not ended when the call was sent: after that its
+        keys may simply have expired.
+        """
+        what = vanished.found_in(found)
+        if what is None:
+            return False
+        live = sent < self.expires_at
+        kind, permits = what
+        if kind == "all":
+            if not live:
+                return False
+            permits = self.weight
+        vanished.report(self.name, self.partition, kind, permits)
+        return live
+
     def _report_change(self, reply: Any) -> bool:
-        """Signal a limit change this release made; whether the lease was held."""
+        """Signal a limit change this release made, and keys it found gone; whether the lease was held."""
+        if isinstance(reply, (list, tuple)) and len(reply) > 4:
+            self._keys_lost(reply[4], time.monotonic())
         was_held, change = release_reply(reply)
         if change is not None:
             # Only the release that ended the window hears of the change (its retry, if the reply was
@@ -294,8 +317,10 @@ class Permit:
     def mark_lost(self, reason: str = "expired") -> None:
         """Record that the lease is gone: stop renewing, tell the owner, fire the signal.
 
-        ``reason`` is "expired" (a renewal found the lease gone) or "max_hold"
-        (the permit was held as long as its semaphore's ``max_hold`` allows).
+        ``reason`` is "expired" (a renewal found the lease gone), "max_hold"
+        (the permit was held as long as its semaphore's ``max_hold`` allows)
+        or "vanished" (its keys vanished from Redis before its lease ended:
+        evicted, deleted, lost in a failover; see ``core/vanished.py``).
         ``on_lost`` runs on the renewal thread, which serves every permit of
         the process: keep it quick (set a flag, cancel a task).
         """

@@ -42,13 +42,30 @@ class AcquireReply:
     # When the request that read `now_ms` was sent (monotonic clock): with the
     # two, the lease's end is known on this process's clock, conservatively.
     sent_at: float = 0.0
+    # Keys the script found gone under held permits ("holders|N", "state|N"; core/vanished.py), or "".
+    vanished: str = ""
 
     @classmethod
-    def parse(cls, reply: list[int], sent_at: float) -> AcquireReply:
-        # A grant's reply stops after now_ms: the rest only matters to a caller turned away or waiting.
+    def parse(cls, reply: list[Any], sent_at: float) -> AcquireReply:
+        # A grant's reply stops after now_ms: the rest only matters to a caller turned away or waiting
+        # (or when the script found keys gone, which it says last).
         code, fence, deadline, used, limit, waiting, now, *rest = reply
-        position, nearest, expected = rest or (0, 0, 0)
-        return cls(code, fence, deadline, used, limit, waiting, position, nearest, expected, now, sent_at=sent_at)
+        position, nearest, expected, *lost = rest or (0, 0, 0)
+        vanished = _text(lost[0]) if lost else ""
+        return cls(
+            code,
+            fence,
+            deadline,
+            used,
+            limit,
+            waiting,
+            position,
+            nearest,
+            expected,
+            now,
+            sent_at=sent_at,
+            vanished=vanished,
+        )
 
     @property
     def expires_at(self) -> float:
@@ -88,11 +105,13 @@ class RenewReply:
     status: int
     lease_deadline_ms: int
     now_ms: int
+    # Not held: keys the script found gone ("holders|N", "state|N", "all|0"; core/vanished.py), or "".
+    vanished: str = ""
 
     @classmethod
-    def parse(cls, reply: list[int]) -> RenewReply:
-        status, deadline, now = reply
-        return cls(status, deadline, now)
+    def parse(cls, reply: list[Any]) -> RenewReply:
+        status, deadline, now, *lost = reply
+        return cls(status, deadline, now, _text(lost[0]) if lost else "")
 
     @property
     def held(self) -> bool:
@@ -191,7 +210,8 @@ class SemaphoreStatus:
         reply: list[Any],
         adaptive: AdaptiveLimit | None = None,
     ) -> SemaphoreStatus:
-        now, limit, flat, holder_count, waiting, listed, samples = reply
+        # An eighth element says what keys vanished (core/vanished.py reports it; not a status field).
+        now, limit, flat, holder_count, waiting, listed, samples, *_vanished = reply
         text = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
         # Garbled fields read as missing, as the scripts read them.
         numbers = {key: state_int(value) for key, value in text.items() if key not in TEXT_FIELDS}

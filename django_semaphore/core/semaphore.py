@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 
 from .. import signals
 from ..exceptions import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit, WeightMismatch
-from . import backend, registry, scripts
+from . import backend, registry, scripts, vanished
 from .calls import Calls
 from .cancel import CancellableClock, watching
 from .conf import MAX_LIMIT, MAX_SECONDS, SemaphoreConfig, config_for, declared, key_prefix
@@ -255,6 +255,7 @@ class Semaphore:
         on_lost: Callable[[Permit], Any] | None,
     ) -> Attempt:
         common = {"name": self.name, "partition": self.partition}
+        vanished.report_reply(self.name, self.partition, reply.vanished)
         if reply.code == TOO_HEAVY:
             raise WeightAboveLimit(f"Asked {request.weight} permits of {self.name!r}, whose limit is {reply.limit}.")
         if reply.code == OTHER_WEIGHT:
@@ -377,10 +378,12 @@ class Semaphore:
         ``history=True`` adds the last hour of utilisation samples.
         """
         reply = backend.run(self.calls.status(max_holders, history), self.name, self.partition)
+        vanished.report_status(self.name, self.partition, reply)
         return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply, self.config.adaptive)
 
     async def astatus(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
         reply = await backend.arun(self.calls.status(max_holders, history), self.name, self.partition)
+        vanished.report_status(self.name, self.partition, reply)
         return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply, self.config.adaptive)
 
     def force_release(self, token: str) -> bool:
@@ -463,9 +466,10 @@ class Semaphore:
         parts = [Semaphore(self.config, partition=p) for p in known[:max_partitions]]
         with backend.translated(self.name, self.partition):
             replies = scripts.run_pipeline(get_client(), [part.calls.status(max_holders, False) for part in parts])
-        for reply in replies:
+        for part, reply in zip(parts, replies, strict=True):
             if isinstance(reply, Exception):
                 raise reply
+            vanished.report_status(self.name, part.partition, reply)
         return [
             SemaphoreStatus.parse(self.name, part.partition, self.config.limit, reply)
             for part, reply in zip(parts, replies, strict=True)

@@ -81,6 +81,14 @@ def export(hold: float) -> str:
     return "exported"
 
 
+@app.task(max_retries=None)  # Celery's default: acknowledged as the worker starts it
+@limit_task("exports")
+def export_acked_early(hold: float) -> str:
+    """``export`` without ``acks_late``: a run whose worker process dies is not delivered again."""
+    time.sleep(hold)
+    return "exported"
+
+
 @app.task(max_retries=1)
 @limit_task("exports")
 def give_up_soon() -> str:

@@ -40,16 +40,29 @@ class CeleryWorker:
     the test's. The log goes to ``log_path``, shown when a test fails.
     """
 
-    def __init__(self, broker_url: str, key_prefix: str, queue: str, log_path: Path, concurrency: int = 4) -> None:
+    def __init__(
+        self,
+        broker_url: str,
+        key_prefix: str,
+        queue: str,
+        log_path: Path,
+        concurrency: int = 4,
+        *,
+        python: str = sys.executable,
+        app: str = "tests.support.celery_app",
+    ) -> None:
         self.broker_url = broker_url
         self.key_prefix = key_prefix
         self.queue = queue
         self.log_path = log_path
         self.concurrency = concurrency
+        self.python = python
+        self.app = app
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> CeleryWorker:
-        env = {
+    def start(self, cwd: Path = ROOT, env: dict[str, str] | None = None) -> CeleryWorker:
+        """Start it (the suite's test app, unless ``env`` and ``cwd`` say another site's) and wait until ready."""
+        env = env or {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.support.celery_settings",
             "SEMAPHORE_KEY_PREFIX": self.key_prefix,
@@ -57,11 +70,11 @@ class CeleryWorker:
             "CELERY_QUEUE": self.queue,
         }
         command = [
-            sys.executable,
+            self.python,
             "-m",
             "celery",
             "-A",
-            "tests.support.celery_app",
+            self.app,
             "worker",
             "--pool=prefork",
             f"--concurrency={self.concurrency}",
@@ -74,7 +87,7 @@ class CeleryWorker:
         ]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
         deadline = time.monotonic() + READY_TIMEOUT
         while " ready." not in self.log():

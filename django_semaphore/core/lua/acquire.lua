@@ -8,8 +8,9 @@
 --   weight: permits asked for (an integer >= 1)
 --   lease in ms: a new holder's deadline is now + lease (never past its max hold)
 --   mode: 'try' answers at once; 'wait' joins (or stays in) the line
---   claim in ms: the caller's own bound on a permit a release hands it while it waits, until it
---     renews (it may have died since its last heartbeat)
+--   claim in ms: two of the caller's own waiter TTLs (common.lua's `waiter_ttl` halves it): how long
+--     it keeps its ticket after a missed heartbeat; a permit a release hands it while it waits lives
+--     one TTL until it renews (it may have died since its last heartbeat)
 --   max hold in ms (0: none): no renewal extends the lease past acquired + max hold
 --   nonce: this call's mark on its grant, so a clean-up gives back only what it may hold
 --   not after, server ms (0: none): Redis running the call later than this means its caller has
@@ -19,7 +20,8 @@
 -- ARGV[3] holder metadata (JSON written by the client, stored verbatim)
 --
 -- Reply: {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, position, nearest_expiry_ms,
---         expected_free_ms}, the last three only when the caller did not get a permit; code 1
+--         expected_free_ms[, vanished]}, the three before vanished only when the caller did not get a
+--         permit or vanished follows (common.lua's `context`: keys found gone under held permits); code 1
 --         granted, 2 already held (lease renewed), 3 queued, 0 full, -1 weight above the limit,
 --         -2 too late (not after), -3 this token holds or waits with another weight.
 --         nearest_expiry_ms is when the earliest lease ends (the waiter's backstop timer);
@@ -58,11 +60,12 @@ reclaim(st, h)
 local function reply(code, fence, deadline, position)
   settle(ctx)
   commit(st, cfg, now)
-  if code == 1 or code == 2 then
+  if (code == 1 or code == 2) and not ctx.vanished then
     return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now}
   end
   local nearest = ctx.earliest and math.max(ctx.earliest - now, 0) or 0
-  return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, position, nearest, expected_free_ms(ctx, cfg)}
+  return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, position, nearest, expected_free_ms(ctx, cfg),
+          ctx.vanished}
 end
 
 -- Acquiring again under the same identity renews the permit already held (and a retried call

@@ -213,6 +213,13 @@ local function parse_waiter(value)
           hold = tonumber(hold), ticket = tonumber(ticket), nonce = nonce, meta = meta}
 end
 
+-- A waiter's own SEMAPHORE_WAITER_TTL (ms): half the claim its request carries (the scripts' setting for
+-- a waiter whose request is gone). It beats at least this often, and a permit handed to it lives this
+-- long until it renews: a waiter that died in line ties a permit for one of its TTLs at most.
+local function waiter_ttl(request, cfg)
+  return request and math.max(math.floor(request.claim / 2), 1) or cfg.waiter_ttl
+end
+
 -- THE WRITE PLAN ------------------------------------------------------------
 
 -- removes: one command per key (so no key is touched after a removal emptied it), members deduplicated.
@@ -503,7 +510,7 @@ local function read_line(now, cfg, st, caller)
   end
   for i, token in ipairs(tokens) do
     local request = parse_waiter(requests[i])
-    local own_ttl = request and math.max(math.floor(request.claim / 2), 1) or cfg.waiter_ttl
+    local own_ttl = waiter_ttl(request, cfg)
     if token == caller then
       -- The caller itself, late but alive: its own call refreshes its heartbeat.
       line.self_stale = true
@@ -600,6 +607,9 @@ local function grant(ctx, token, weight, lease_ms, hold_ms, nonce, meta, weight_
   if not ctx.earliest or deadline < ctx.earliest then
     ctx.earliest = deadline
   end
+  if not ctx.granted_end or deadline < ctx.granted_end then
+    ctx.granted_end = deadline
+  end
   return fence, deadline
 end
 
@@ -611,16 +621,35 @@ local function leave_line(line, token)
   skip_in_line(line, token)
 end
 
+-- A lease this script granted may end before the waiter at the head of the line looks again (it
+-- learns the earliest lease's end from its own calls, at least every third of its TTL, later when
+-- the server's timer is slow): wake it, so it sets its timer for that end, and the permit goes on
+-- when the lease does, not at its next heartbeat. Leases of a waiter TTL (this call's setting) or
+-- longer are left to the heartbeat: the common hand-off (on a claim, then renewed) reads nothing more.
+local function alert_head(ctx, line, cfg)
+  if not ctx.granted_end or line.waiting <= 0 or ctx.granted_end - ctx.now >= cfg.waiter_ttl then
+    return
+  end
+  for head in each_head(line, 1) do
+    local ttl = waiter_ttl(head.request, cfg)
+    if head.token ~= ctx.caller and ctx.granted_end - ctx.now < ttl then
+      note(head.token, 'W', ttl * 2, true)
+    end
+  end
+end
+
 -- One protocol for freed capacity, whoever frees it (a release, a lease running out, a waiter
 -- leaving, a raised limit). Fair: hand the free permits straight to the waiters at the head of the
 -- line, in order, as far as they fit (a head that does not fit stops the line); each gets a grant
 -- note "G|fence|deadline|now" on its wake list, so it holds the permit without asking again. Its
--- lease runs its own claim at first: a waiter that died since its last heartbeat holds the permit
--- only that long. Not fair: wake as many waiters as could fit; they race for the permits.
+-- lease runs one of its own waiter TTLs at first, its heartbeat's span, whether it beat just now or
+-- is on a pass: a waiter that died in line (since its last heartbeat, or before an idle gap) ties
+-- the permit that long at most. Not fair: wake as many waiters as could fit; they race for the permits.
 -- `ctx.caller` (acquire) is granted in place when its turn comes; returns true then.
 local function serve_line(ctx, line, cfg)
   local free = ctx.limit - ctx.used
   if free <= 0 or line.waiting <= 0 then
+    alert_head(ctx, line, cfg)
     return false
   end
   if not cfg.fair then
@@ -638,18 +667,20 @@ local function serve_line(ctx, line, cfg)
       -- A line entry without its request (edited by hand): drop it rather than block the line.
       leave_line(line, head.token)
     elseif r.weight > ctx.limit - ctx.used then
+      alert_head(ctx, line, cfg)
       return false
     elseif head.token == ctx.caller then
       return true
     else
-      local fence, deadline = grant(ctx, head.token, r.weight, math.min(r.lease, r.claim), r.hold, r.nonce, r.meta,
-                                    r.weight_text)
+      local fence, deadline = grant(ctx, head.token, r.weight, math.min(r.lease, waiter_ttl(r, cfg)), r.hold, r.nonce,
+                                    r.meta, r.weight_text)
       leave_line(line, head.token)
       note(head.token, 'G|' .. int_text(fence) .. '|' .. int_text(deadline) .. '|' .. ctx.now_text, r.claim,
            false)
       count(ctx.st, 'acquired')
     end
   end
+  alert_head(ctx, line, cfg)
   return false
 end
 
@@ -724,16 +755,42 @@ local function limit_in_force(st, cfg)
   return cfg.limit
 end
 
+-- Keys of the semaphore found gone while permits were held (evicted under a maxmemory policy, deleted
+-- by hand, lost in a failover): 'holders' when the state counts permits held (`used`, returned) and the
+-- holders are gone; 'state' when holders remain and the state hash has no fence (every grant writes
+-- one). Expiry does neither: a partition's keys all expire at one recorded time, past every lease.
+local function lost_keys(st, h, used)
+  if h.empty and used and used > 0 then
+    return 'holders', used
+  end
+  if not h.empty and not st.fence then
+    return 'state', nil
+  end
+  return nil, nil
+end
+
 -- The state every script starts from; `used` that is not a whole number (edited by hand, or
--- written by an old bug) is recounted at once.
+-- written by an old bug) is recounted at once, and so is the count of a semaphore whose keys were
+-- lost (`ctx.vanished`, "holders|N" or "state|N": what was found gone, and the permits the lost
+-- record counted or the holders left hold). The script goes on with what is left: it cannot know
+-- who held what vanished; the caller reports it.
 local function context(st, cfg, now, now_text, h, caller)
   local used = tonumber(st.used)
   local ctx = {st = st, now = now, now_text = now_text, used_before = used or 0,
                limit = limit_in_force(st, cfg), fence = st.fence,
                used = math.max((used or 0) - h.freed, 0), earliest = h.earliest, holders_empty = h.empty,
                granted = 0, caller = caller}
-  if not ctx.earliest or (st.used and (not used or used < 0 or used ~= math.floor(used))) then
+  local lost, lost_used = lost_keys(st, h, used)
+  if lost or not ctx.earliest or (st.used and (not used or used < 0 or used ~= math.floor(used))) then
     recount(ctx)
+  end
+  if lost then
+    ctx.vanished = lost .. '|' .. int_text(math.floor(math.min(lost_used or ctx.used, MAX_LIMIT)))
+  end
+  if lost == 'state' then
+    -- A fence again (seeded from the clock, as for a new semaphore), so the loss is found only once.
+    ctx.fence = next_fence(nil, now) - 1
+    set_state('fence', ctx.fence)
   end
   return ctx
 end

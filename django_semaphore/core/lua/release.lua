@@ -16,7 +16,10 @@
 --
 -- Reply: 1 if the lease was still held (and is given back now), else 0; or, when this release
 -- ended an adaptive window and the rule moved the limit (adaptive.lua), {released, old_limit,
--- new_limit, reason}, so that exactly one process (this one) reports the change.
+-- new_limit, reason}, so that exactly one process (this one) reports the change; or, when it found
+-- keys gone under held permits (common.lua's `context`, or "all|0": the token held nothing and the
+-- semaphore has no keys at all), {released, old_limit, new_limit, reason, vanished}, the change's
+-- fields 0, 0, '' when there was none.
 local cfg = read_config(ARGV[1])
 local token = ARGV[2] or ''
 local nonce = ARGV[3] or ''
@@ -30,6 +33,7 @@ local info = score and parse_info(redis.call('HGET', K.info, token))
 local h = read_holders(now)
 local line = read_line(now, cfg, st, nil)
 local ctx = context(st, cfg, now, now_text, h, nil)
+local nothing_left = not score and h.empty and st.created
 reclaim(st, h)
 
 local released = 0
@@ -71,6 +75,10 @@ serve_line(ctx, line, cfg)
 sample(ctx, cfg, line.waiting)
 settle(ctx)
 commit(st, cfg, now)
+local vanished = ctx.vanished or (nothing_left and 'all|0') or nil
+if vanished then
+  return {released, change and change[1] or 0, change and change[2] or 0, change and change[3] or '', vanished}
+end
 if change then
   return {released, change[1], change[2], change[3]}
 end

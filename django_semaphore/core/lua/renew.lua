@@ -6,8 +6,10 @@
 -- ARGV[2] token of the holder
 -- ARGV[3] lease in ms: the new deadline is now + lease, never past the holder's max hold
 --
--- Reply: {status, lease_deadline_ms, now_ms}; status 1 renewed, 2 renewed up to its max hold (the
--- lease ends for good at that deadline), 0 not held (released, lost or taken away).
+-- Reply: {status, lease_deadline_ms, now_ms[, vanished]}; status 1 renewed, 2 renewed up to its max hold
+-- (the lease ends for good at that deadline), 0 not held (released, lost or taken away). When not held,
+-- vanished says what was found gone ("holders|N", "state|N": common.lua's `context`), or "all|0" when the
+-- semaphore has no keys at all: a caller whose lease had not ended knows its keys vanished under it.
 local cfg = read_config(ARGV[1])
 local token = ARGV[2] or ''
 local lease = int_arg(ARGV[3], 'lease', 1, MAX_MS)
@@ -36,9 +38,10 @@ local st = read_state()
 local h = read_holders(now)
 local line = read_line(now, cfg, st, nil)
 local ctx = context(st, cfg, now, now_text, h, nil)
+local nothing_left = h.empty and st.created
 reclaim(st, h)
 count(st, score and 'lost' or 'refused')
 serve_line(ctx, line, cfg)
 settle(ctx)
 commit(st, cfg, now)
-return {0, 0, now}
+return {0, 0, now, ctx.vanished or (nothing_left and 'all|0') or nil}

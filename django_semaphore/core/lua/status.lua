@@ -8,7 +8,8 @@
 -- ARGV[3] '1' to include the utilisation history, else '0'
 --
 -- Reply: {now_ms, limit, state as flat field/value pairs, holder count, waiting,
---         {token, lease_deadline_ms, info, ...}, history samples}
+--         {token, lease_deadline_ms, info, ...}, history samples[, vanished]}: vanished when it found
+--         keys gone under held permits (common.lua's `context`)
 local cfg = read_config(ARGV[1])
 local max_holders = int_arg(ARGV[2], 'holders listed', 0, 10000000)
 
@@ -65,4 +66,4 @@ for _, field in ipairs(STATE_FIELDS) do
     flat[#flat + 1] = value
   end
 end
-return {now, ctx.limit, flat, holder_count + ctx.granted, line.waiting, listed, samples}
+return {now, ctx.limit, flat, holder_count + ctx.granted, line.waiting, listed, samples, ctx.vanished}
