@@ -437,7 +437,7 @@ def check_client_chosen_keys(app_configs: Any = None, **kwargs: Any) -> list[Che
                     f"{where} keys semaphore {name!r} by {key!r}, whose value the client chooses, and "
                     f"SEMAPHORES[{name!r}] sets no 'max_partitions': every new value makes a new partition "
                     "in Redis, kept until SEMAPHORE_PARTITION_IDLE after its last use.",
-                    "Set 'max_partitions' (new keys past it get the semaphore's on_error), key by something "
+                    "Set 'max_partitions' (idle partitions past it are evicted, oldest first), key by something "
                     "you have verified, and see the docs, guides/keys-and-proxies.md.",
                 )
             )

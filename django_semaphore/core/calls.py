@@ -72,6 +72,10 @@ class Calls:
         keys = [*self.keys.common, self.keys.wake(token)]
         return ScriptCall("cancel", keys, [self.config, token, nonce, b"1" if unblock else b"0"])
 
+    def evict(self) -> ScriptCall:
+        """Delete this partition's keys if it is idle (no holder, no waiter, no limit override)."""
+        return ScriptCall("evict_partition", self.keys.common, [self.config])
+
     def status(self, max_holders: int, history: bool) -> ScriptCall:
         return ScriptCall("status", self.keys.common, [self.config, max_holders, b"1" if history else b"0"])
 

@@ -179,7 +179,7 @@ class SemaphoreConfig:
     web_max_hold: float | None = None
     # Seconds a partition's keys outlive its last lease.
     partition_idle: float = 86400.0
-    # Keyed semaphores: partitions kept at once; a new key past it gets on_error.
+    # Keyed semaphores: idle partitions kept at once; past it the oldest idle ones are evicted.
     max_partitions: int | None = None
     # An adaptive limit (core/adaptive.py); `limit` is then its initial value.
     adaptive: AdaptiveLimit | None = None

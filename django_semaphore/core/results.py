@@ -42,13 +42,18 @@ class AcquireReply:
     # When the request that read `now_ms` was sent (monotonic clock): with the
     # two, the lease's end is known on this process's clock, conservatively.
     sent_at: float = 0.0
+    # The grant found the partition without keys (new, evicted or expired): see core/registry.py.
+    fresh: bool = False
 
     @classmethod
     def parse(cls, reply: list[int], sent_at: float) -> AcquireReply:
-        # A grant's reply stops after now_ms: the rest only matters to a caller turned away or waiting.
+        # A grant's reply ends with `fresh` after now_ms; the rest only matters to a caller turned away or waiting.
         code, fence, deadline, used, limit, waiting, now, *rest = reply
-        position, nearest, expected = rest or (0, 0, 0)
-        return cls(code, fence, deadline, used, limit, waiting, position, nearest, expected, now, sent_at=sent_at)
+        fresh = len(rest) == 1 and bool(rest[0])
+        position, nearest, expected = rest if len(rest) == 3 else (0, 0, 0)
+        return cls(
+            code, fence, deadline, used, limit, waiting, position, nearest, expected, now, sent_at=sent_at, fresh=fresh
+        )
 
     @property
     def expires_at(self) -> float:

@@ -32,6 +32,8 @@ OPERATIONS = (
     "force_release",
     "set_limit",
     "admit_partition",
+    "evict_partition",
+    "settle_evictions",
 )
 
 
@@ -111,6 +113,20 @@ def run_pipeline(client: Any, calls: list[ScriptCall]) -> list[Any]:
         replies = pipe.execute(raise_on_error=False)
         if attempt == 0 and any(missing(reply) for reply in replies):
             load(client)
+            continue
+        return list(replies)
+    raise AssertionError("unreachable")
+
+
+async def arun_pipeline(client: Any, calls: list[ScriptCall]) -> list[Any]:
+    """``run_pipeline`` on an asyncio client."""
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command(*_fcall_args(call))
+        replies = await pipe.execute(raise_on_error=False)
+        if attempt == 0 and any(missing(reply) for reply in replies):
+            await aload(client)
             continue
         return list(replies)
     raise AssertionError("unreachable")

@@ -187,8 +187,9 @@ class Semaphore:
         )
         with backend.translated(self.name, self.partition):
             client = get_client()
+            recording = registry.SKIPPED
             if self.partition is not None and self.key is not None:
-                registry.admit(client, self.config, self.partition, self.key)
+                recording = registry.admit(client, self.config, self.partition, self.key)
             confirm = self._confirmation(client)
             if cancel is None:
                 reply = drive(client, request, acquire_flow(request), socket_timeout(client), confirm)
@@ -197,7 +198,13 @@ class Semaphore:
             if confirm is not None and confirm.short(reply):
                 scripts.run(client, self.calls.release(request.token, nonce=request.nonce))
                 raise self._unconfirmed(confirm)
+        self._record_again(recording, reply)
         return self._finish(request, reply, auto_renew, on_lost)
+
+    def _record_again(self, recording: registry.Recording, reply: AcquireReply) -> None:
+        """A partition this process had recorded, found evicted by its acquire, goes back in the registry."""
+        if self.partition is not None and self.key is not None and recording.must_record_again(reply.fresh):
+            registry.record_again(self.config, self.partition, self.key)
 
     def _drive_cancellable(
         self, client: Any, request: AcquireRequest, confirm: ReplicaConfirmation | None, cancel: threading.Event
@@ -238,13 +245,15 @@ class Semaphore:
         )
         with backend.translated(self.name, self.partition):
             client = await aclient()
+            recording = registry.SKIPPED
             if self.partition is not None and self.key is not None:
-                await registry.aadmit(client, self.config, self.partition, self.key)
+                recording = await registry.aadmit(client, self.config, self.partition, self.key)
             confirm = self._confirmation(client)
             reply = await adrive(client, request, acquire_flow(request), socket_timeout(client), confirm)
             if confirm is not None and confirm.short(reply):
                 await scripts.arun(client, self.calls.release(request.token, nonce=request.nonce))
                 raise self._unconfirmed(confirm)
+        self._record_again(recording, reply)
         return self._finish(request, reply, auto_renew, on_lost)
 
     def _finish(

@@ -81,6 +81,12 @@ def held_open(request: HttpRequest, rest: str) -> StreamingHttpResponse:
     return StreamingHttpResponse(_chunks())
 
 
+@semaphore("guarded", key="ip")
+def ip_held_open(request: HttpRequest) -> StreamingHttpResponse:
+    """Keyed by the client's address: its permit stays held until the stream is closed."""
+    return StreamingHttpResponse(_chunks())
+
+
 @semaphore("guarded")
 def file_download(request: HttpRequest) -> FileResponse:
     return FileResponse(io.BytesIO(b"file body"), filename="report.txt")

@@ -18,8 +18,9 @@
 --     call grants nothing, leaves the line and answers "full"
 -- ARGV[3] holder metadata (JSON written by the client, stored verbatim)
 --
--- Reply: {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, position, nearest_expiry_ms,
---         expected_free_ms}, the last three only when the caller did not get a permit; code 1
+-- Reply: {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, then fresh (1: this call found
+--         the partition without keys, as a new, evicted or expired one is) when the caller got a
+--         permit, else position, nearest_expiry_ms, expected_free_ms}; code 1
 --         granted, 2 already held (lease renewed), 3 queued, 0 full, -1 weight above the limit,
 --         -2 too late (not after), -3 this token holds or waits with another weight.
 --         nearest_expiry_ms is when the earliest lease ends (the waiter's backstop timer);
@@ -59,7 +60,7 @@ local function reply(code, fence, deadline, position)
   settle(ctx)
   commit(st, cfg, now)
   if code == 1 or code == 2 then
-    return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now}
+    return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, st.created and 1 or 0}
   end
   local nearest = ctx.earliest and math.max(ctx.earliest - now, 0) or 0
   return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, position, nearest, expected_free_ms(ctx, cfg)}
