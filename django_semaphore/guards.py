@@ -38,27 +38,32 @@ KeyFunction = Callable[..., Any]
 CUSTOM = "custom:"
 
 
-def give_back(permit: Permit | None) -> None:
+def give_back(permit: Permit | None) -> BackendUnavailable | None:
     """Release; an outage only logs, since the release is retried in the background (or the lease ends it).
 
     Raising would replace what the guarded work returned or raised with an
-    error about bookkeeping that already has a fallback.
+    error about bookkeeping that already has a fallback. The outage is
+    returned: a request spares its other calls a hung Redis (admission.py).
     """
     if permit is None:
-        return
+        return None
     try:
         permit.release()
     except BackendUnavailable as exc:
         logger.warning("Could not release %r; its lease will end it: %s", permit, exc)
+        return exc
+    return None
 
 
-async def agive_back(permit: Permit | None) -> None:
+async def agive_back(permit: Permit | None) -> BackendUnavailable | None:
     if permit is None:
-        return
+        return None
     try:
         await permit.arelease()
     except BackendUnavailable as exc:
         logger.warning("Could not release %r; its lease will end it: %s", permit, exc)
+        return exc
+    return None
 
 
 def full(sem: Semaphore, attempt: Attempt) -> SemaphoreFull:

@@ -32,7 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import scripts
+from . import bounded, scripts
+from .bounded import Deadline
 from .calls import Calls, ScriptCall
 from .conf import SemaphoreConfig, app_setting, key_prefix
 from .keys import SemaphoreKeys
@@ -167,27 +168,27 @@ def _evict_calls(config: SemaphoreConfig, candidates: list[tuple[str, int]]) -> 
     ]
 
 
-def admit(client: Any, config: SemaphoreConfig, partition: str, key: Any) -> Recording:
-    """Record ``partition`` before it is acquired, evicting idle ones past the cap; an outage raises.
+def admit(client: Any, config: SemaphoreConfig, partition: str, key: Any, deadline: Deadline) -> Recording:
+    """Record ``partition`` before it is acquired, evicting idle ones past the cap, by ``deadline``.
 
-    Raising (the caller's failure policy applies) rather than going on to
-    the acquire, which would meet the outage again: one timeout per request.
+    An outage raises (the caller's failure policy applies) rather than going
+    on to the acquire, which would meet it again: one timeout per request.
     """
     if not _due(config.name, partition):
         return SKIPPED
     sent_at = time.monotonic()
-    reply = scripts.run(client, _admit_call(config, partition, key))
+    reply = bounded.run(client, _admit_call(config, partition, key), deadline)
     eviction = Eviction.parse(reply)
     while batch := eviction.next_batch():
-        eviction.note(scripts.run_pipeline(client, _evict_calls(config, batch)))
+        eviction.note(bounded.run_each(client, _evict_calls(config, batch), deadline))
     if eviction.outcomes:
-        scripts.run(client, eviction.settle_call(config.name))
+        bounded.run(client, eviction.settle_call(config.name), deadline)
     _remember(config.name, partition)
     return Recording(recorded=True, new=not int(reply[0]), sent_at=sent_at)
 
 
 async def aadmit(client: Any, config: SemaphoreConfig, partition: str, key: Any) -> Recording:
-    """``admit`` on an asyncio client."""
+    """``admit`` on an asyncio client (its caller ends it at the deadline)."""
     if not _due(config.name, partition):
         return SKIPPED
     sent_at = time.monotonic()

@@ -1,7 +1,7 @@
 -- Take `weight` permits for `token`, or join / stay in the waiting line.
 --
--- KEYS[1..7] the semaphore (see common.lua); KEYS[8] the caller's own wake list
---   (passed only in 'wait' mode: a caller that never waits has none)
+-- KEYS[1..7] the semaphore (see common.lua); KEYS[8] the caller's own wake list (where a
+--   clean-up that overtook this call left its tombstone, see cancel.lua)
 -- ARGV[1] the semaphore's configuration (see common.lua)
 -- ARGV[2] the request, nine fields separated by spaces (one argument: cheaper to send than nine):
 --   token: the caller's 128-bit random id, or its identity digest
@@ -13,7 +13,8 @@
 --   max hold in ms (0: none): no renewal extends the lease past acquired + max hold
 --   nonce: this call's mark on its grant, so a clean-up gives back only what it may hold
 --   not after, server ms (0: none): Redis running the call later than this means its caller has
---     given up on it (a hung server replaying what it buffered): refused, nothing written
+--     given up on it (a hung server replaying what it buffered): refused, nothing written; so is
+--     a call whose clean-up ran first (its tombstone on KEYS[8]), whatever the clocks say
 --   grant before, server ms (0: none): the caller's wait ends then; run later (a slow server), the
 --     call grants nothing, leaves the line and answers "full"
 -- ARGV[3] holder metadata (JSON written by the client, stored verbatim)
@@ -47,7 +48,7 @@ grant_before = int_arg(grant_before, 'grant before', 0, 9007199254740991)
 local meta = ARGV[3] or ''
 
 local now, now_text = server_now_ms()
-if not_after > 0 and now > not_after then
+if (not_after > 0 and now > not_after) or (nonce ~= '' and redis.call('LPOS', K.own_wake, 'C|' .. nonce)) then
   return {-2, 0, 0, 0, 0, 0, now, 0, 0, 0}
 end
 local st = read_state()
