@@ -147,6 +147,8 @@ def _options(
         # A dry run must not change latency, so it never waits in line.
         "wait": 0 if mode == DRY_RUN else wait,
         "weight": weight,
+        # Short, and renewed while the request lives: a killed worker's permit is back within it.
+        "lease": semaphore.config.web_lease,
         "label": label,
         "metadata": {"path": request.path[:LABEL_LIMIT], "method": request.method},
         # A request never holds a permit for good (a client that stops reading a stream).
