@@ -32,6 +32,7 @@ from django_semaphore.testing import RedisServer
 from .support import workers
 from .support.guards import declare
 from .support.polling import wait_until
+from .support.processes import run_to_the_end
 
 IP_URL = "/surface/keyed/ip/"  # @semaphore("guarded", key="ip")
 IP_HELD_OPEN_URL = "/surface/ip-held-open/"  # the same, streaming: the permit is held until closed
@@ -165,16 +166,7 @@ def test_eviction_never_takes_a_partition_in_use_across_processes(
         spawn.Process(target=workers.churn_partitions, args=(key_prefix, 15, 5, 3.0, seed)) for seed in range(6)
     ]
     redis_client.config_resetstat()  # the eviction script's DEL is the only DEL these processes run
-    try:
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.join(120)
-    finally:
-        for process in processes:  # only our own children, by their pid
-            if process.is_alive():
-                process.kill()
-                process.join(5)
+    run_to_the_end(processes)
     assert all(process.exitcode == 0 for process in processes)
     entries, over = int(redis_client.get(key_prefix + "entries") or 0), int(redis_client.get(key_prefix + "over") or 0)
     evicted = int(redis_client.info("commandstats").get("cmdstat_del", {}).get("calls", 0))

@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis.exceptions
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.retry import Retry
 
 from . import scripts
 from .calls import ScriptCall
@@ -80,7 +82,8 @@ class Connections:
 
     def __init__(self, pool: Any) -> None:
         self._factory = pool.connection_class
-        self._options = dict(pool.connection_kwargs)
+        # One attempt to connect: a retry's backoff would outlast the call's deadline.
+        self._options = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0)}
         self.timeout: float | None = self._options.get("socket_timeout")
         self._connect_timeout: float | None = self._options.get("socket_connect_timeout") or self.timeout
         self._idle: list[Any] = []
@@ -98,10 +101,10 @@ class Connections:
         except redis.exceptions.ConnectionError:
             connection.disconnect()
         if not _connected(connection):
-            self._connect(connection, deadline)
+            self.connect(connection, deadline)
         return connection
 
-    def _connect(self, connection: Any, deadline: Deadline) -> None:
+    def connect(self, connection: Any, deadline: Deadline) -> None:
         """Connect with this call's time as the bound of the TCP connect and of the handshake's reads."""
         connection.socket_connect_timeout = deadline.within(self._connect_timeout)
         connection.socket_timeout = deadline.within(self.timeout)
@@ -148,7 +151,14 @@ def exchange(connections: Connections, deadline: Deadline, commands: list[tuple[
     """Send ``commands`` on one connection and read their replies (errors as values), by ``deadline``."""
     connection = connections.take(deadline)
     try:
-        connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+        try:
+            connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+        except redis.exceptions.ConnectionError:
+            # A connection the server closed while it sat idle (a restart): nothing reached the
+            # server, so the commands go again, once, on a new one.
+            connection.disconnect()
+            connections.connect(connection, deadline)
+            connection.send_packed_command(connection.pack_commands(commands), check_health=False)
         replies = []
         for _ in commands:
             if not connection.can_read(deadline.within(connections.timeout)):
