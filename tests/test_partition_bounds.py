@@ -25,7 +25,9 @@ from django.test import Client
 from django.urls import reverse
 
 from django_semaphore import TooManyPartitions, get_semaphore, outcomes
-from django_semaphore.core import overview
+from django_semaphore.core import overview, registry
+from django_semaphore.core.bounded import NO_DEADLINE
+from django_semaphore.core.connection import get_client
 from django_semaphore.core.renewal import renewer
 from django_semaphore.testing import RedisServer
 
@@ -139,6 +141,20 @@ def test_a_partition_evicted_behind_a_process_that_remembers_it_is_recorded_agai
     permit = sem.acquire(auto_renew=False)
     assert permit is not None
     wait_until(lambda: "regular" in get_semaphore("guarded").partitions().values() and not renewer.pending())
+    permit.release()
+
+
+def test_reading_the_partitions_keeps_an_entry_whose_acquire_has_not_run_yet(settings) -> None:
+    """Recorded, not yet acquired (the next round trip): the dashboard's read must not drop the entry,
+    or the partition its acquire then makes would be kept outside the cap."""
+    declare(settings, guarded={"key": "header:X-Api-Key", "max_partitions": 5})
+    sem = get_semaphore("guarded", "on-its-way")
+    registry.admit(get_client(), sem.config, sem.partition, sem.key, NO_DEADLINE)
+    assert get_semaphore("guarded").partitions() == {}  # no keys yet: nothing to show
+    assert get_semaphore("guarded").partition_count() == 1  # but still recorded
+    permit = sem.acquire(auto_renew=False)
+    assert permit is not None
+    assert get_semaphore("guarded").partitions() == {sem.partition: "on-its-way"}
     permit.release()
 
 

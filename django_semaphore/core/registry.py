@@ -234,17 +234,27 @@ def recent(client: Any, name: str, limit: int) -> dict[str, str]:
     """The ``limit`` partitions recorded most recently, newest first: hash -> label.
 
     Reads ``limit`` entries and checks only those (their expired partitions
-    are dropped here), whatever the registry's size.
+    are dropped here), whatever the registry's size. An entry without keys
+    recorded within an admission's time of the newest one may be an admission
+    whose acquire has not run yet: it is kept (its partition, once made, must
+    stay under the cap).
     """
-    listed = [_text(p) for p in client.zrevrange(registry_key(name), 0, max(limit, 1) - 1)]
-    if not listed:
+    scored = [
+        (_text(p), score) for p, score in client.zrevrange(registry_key(name), 0, max(limit, 1) - 1, withscores=True)
+    ]
+    if not scored:
         return {}
+    listed = [partition for partition, _score in scored]
     pipe = client.pipeline(transaction=False)
     pipe.hmget(labels_key(name), listed)
     for partition in listed:
         pipe.exists(_state_key(name, partition))
     labels, *alive = pipe.execute()
-    _forget(client, name, [p for p, exists in zip(listed, alive, strict=True) if not exists])
+    newest = scored[0][1]
+    expired = [
+        p for (p, score), exists in zip(scored, alive, strict=True) if not exists and newest - score > _in_flight_ms()
+    ]
+    _forget(client, name, expired)
     return {p: _text(label or "") for p, label, exists in zip(listed, labels, alive, strict=True) if exists}
 
 
