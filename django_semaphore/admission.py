@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from asgiref.sync import sync_to_async
+import redis.exceptions
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
 from . import failure, outcomes
@@ -35,6 +36,35 @@ LABEL_LIMIT = 200
 
 
 @dataclass
+class Hung:
+    """Whether a call of this request found Redis not answering (a timeout), and the error it raised.
+
+    A request pays at most one socket timeout: once one of its calls timed
+    out, its other semaphores (stacked rules, a decorator behind the
+    middleware) apply their failure policy without asking Redis, and its
+    permits are given back from the background.
+    """
+
+    error: BackendUnavailable | None = None
+
+    def note(self, error: BaseException | None) -> None:
+        if isinstance(error, BackendUnavailable) and _timed_out(error):
+            self.error = error
+
+
+def _timed_out(error: BaseException) -> bool:
+    cause = error.__cause__
+    return isinstance(cause, redis.exceptions.TimeoutError)
+
+
+def _hung(request: HttpRequest) -> Hung:
+    hung = getattr(request, "_semaphore_hung", None)
+    if hung is None:
+        hung = request._semaphore_hung = Hung()  # type: ignore[attr-defined]
+    return hung
+
+
+@dataclass
 class Admission:
     """The outcome of guarding one request with one semaphore.
 
@@ -51,6 +81,7 @@ class Admission:
     permit: Permit | None = None
     attempt: Attempt | None = None
     error: BackendUnavailable | None = None
+    hung: Hung = field(default_factory=Hung, repr=False)
     _released: bool = field(default=False, repr=False)
 
     @property
@@ -84,17 +115,23 @@ class Admission:
         )
 
     def release(self) -> None:
-        """Give the permit back (idempotent); an outage only logs, the lease ends it."""
+        """Give the permit back (idempotent); an outage only logs, the release is retried in the background."""
         if self.permit is None or self._released:
             return
         self._released = True
-        give_back(self.permit)
+        if self.hung.error is not None:
+            self.permit.release_in_background()
+            return
+        self.hung.note(give_back(self.permit))
 
     async def arelease(self) -> None:
         if self.permit is None or self._released:
             return
         self._released = True
-        await agive_back(self.permit)
+        if self.hung.error is not None:
+            self.permit.release_in_background()
+            return
+        self.hung.note(await agive_back(self.permit))
 
 
 def _partition(whole: Semaphore, value: Any) -> Semaphore | None:
@@ -112,6 +149,8 @@ def _options(
         # A dry run must not change latency, so it never waits in line.
         "wait": 0 if mode == DRY_RUN else wait,
         "weight": weight,
+        # Short, and renewed while the request lives: a killed worker's permit is back within it.
+        "lease": semaphore.config.web_lease,
         "label": label,
         "metadata": {"path": request.path[:LABEL_LIMIT], "method": request.method},
         # A request never holds a permit for good (a client that stops reading a stream).
@@ -127,7 +166,13 @@ def _decide(
     attempt: Attempt | None,
     error: BackendUnavailable | None,
 ) -> Admission:
-    common = {"name": semaphore.name, "mode": mode, "key": value, "partition": semaphore.partition}
+    common = {
+        "name": semaphore.name,
+        "mode": mode,
+        "key": value,
+        "partition": semaphore.partition,
+        "hung": _hung(request),
+    }
     if error is not None:
         allowed = failure.on_backend_error(semaphore, error, path=request.path, dry_run=mode == DRY_RUN)
         outcome = outcomes.ERROR_ALLOWED if allowed else outcomes.ERROR_DENIED
@@ -191,9 +236,13 @@ def admit(
     if semaphore is None:
         return skipped(request, name, outcomes.NOT_LIMITED, mode)
     read_ahead(request)  # a slow sender holds no permit while its body arrives
+    hung = _hung(request)
+    if hung.error is not None:
+        return _decide(request, semaphore, value, mode, None, hung.error)
     try:
         attempt = semaphore.attempt(**_options(request, semaphore, mode, wait, weight))
     except BackendUnavailable as exc:
+        hung.note(exc)
         return _decide(request, semaphore, value, mode, None, exc)
     except WeightAboveLimit as exc:
         return _too_heavy(request, semaphore, value, mode, exc)
@@ -219,9 +268,13 @@ async def aadmit(
         return skipped(request, name, outcomes.NOT_LIMITED, mode)
     if must_read_ahead(request):  # an async view under WSGI; never under ASGI, which has read the body
         await sync_to_async(read_ahead)(request)
+    hung = _hung(request)
+    if hung.error is not None:
+        return _decide(request, semaphore, value, mode, None, hung.error)
     try:
         attempt = await semaphore.aattempt(**_options(request, semaphore, mode, wait, weight))
     except BackendUnavailable as exc:
+        hung.note(exc)
         return _decide(request, semaphore, value, mode, None, exc)
     except WeightAboveLimit as exc:
         return _too_heavy(request, semaphore, value, mode, exc)

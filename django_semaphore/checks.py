@@ -235,9 +235,11 @@ def check_app_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         bad("SEMAPHORE_KEY_PREFIX", str(exc), "Use a short prefix such as 'semaphore:'.")
     if app_setting("SEMAPHORE_ON_ERROR") not in ON_ERROR_CHOICES:
         bad("SEMAPHORE_ON_ERROR", f"must be one of {ON_ERROR_CHOICES}.", "See the docs, guides/failure-policy.md.")
-    for setting in ("SEMAPHORE_DEFAULT_LEASE", "SEMAPHORE_WAITER_TTL"):
+    for setting in ("SEMAPHORE_DEFAULT_LEASE", "SEMAPHORE_WAITER_TTL", "SEMAPHORE_WEB_LEASE", "SEMAPHORE_WEB_MAX_HOLD"):
         value = app_setting(setting)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        if setting == "SEMAPHORE_WEB_MAX_HOLD" and value is None:
+            continue  # no bound on how long a request holds its permits
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= MAX_SECONDS:
             bad(setting, "must be a number of seconds > 0.", "The default is fine for most sites.")
     interval = app_setting("SEMAPHORE_OUTAGE_LOG_INTERVAL")
     if not _number(interval) or not 0 < interval <= MAX_SECONDS:
@@ -480,7 +482,7 @@ def check_client_chosen_keys(app_configs: Any = None, **kwargs: Any) -> list[Che
                     f"{where} keys semaphore {name!r} by {key!r}, whose value the client chooses, and "
                     f"SEMAPHORES[{name!r}] sets no 'max_partitions': every new value makes a new partition "
                     "in Redis, kept until SEMAPHORE_PARTITION_IDLE after its last use.",
-                    "Set 'max_partitions' (new keys past it get the semaphore's on_error), key by something "
+                    "Set 'max_partitions' (idle partitions past it are evicted, oldest first), key by something "
                     "you have verified, and see the docs, guides/keys-and-proxies.md.",
                 )
             )

@@ -89,9 +89,10 @@ class BackendUnavailable(SemaphoreError):
 
 
 class TooManyPartitions(BackendUnavailable):
-    """A keyed semaphore keeps its ``max_partitions`` already and this key would be a new one.
+    """No longer raised: kept so that code catching it still imports.
 
-    A ``BackendUnavailable``, so the Django layer applies the semaphore's
-    ``on_error``: the cap protects Redis's memory, and like a full Redis it
-    means "this request cannot be guarded", not "this client holds too much".
+    ``max_partitions`` used to refuse a new key once a keyed semaphore kept
+    that many partitions, which let anyone who can vary the key lock new
+    clients out (or let them through unguarded). A new key is now always
+    served and limited, and idle partitions are evicted to make room.
     """

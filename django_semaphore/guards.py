@@ -35,28 +35,33 @@ KeyFunction = Callable[..., Any]
 CUSTOM = "custom:"
 
 
-def give_back(permit: Permit | None) -> None:
+def give_back(permit: Permit | None) -> BackendUnavailable | None:
     """Release; an outage is only counted, since the release is retried in the background (its lease ends it
     at the latest).
 
     Raising would replace what the guarded work returned or raised with an
-    error about bookkeeping that already has a fallback.
+    error about bookkeeping that already has a fallback. The outage is
+    returned: a request spares its other calls a hung Redis (admission.py).
     """
     if permit is None:
-        return
+        return None
     try:
         permit.release()
     except BackendUnavailable as exc:
         outage_log.unavailable(permit.name, exc, RELEASE)
+        return exc
+    return None
 
 
-async def agive_back(permit: Permit | None) -> None:
+async def agive_back(permit: Permit | None) -> BackendUnavailable | None:
     if permit is None:
-        return
+        return None
     try:
         await permit.arelease()
     except BackendUnavailable as exc:
         outage_log.unavailable(permit.name, exc, RELEASE)
+        return exc
+    return None
 
 
 def full(sem: Semaphore, attempt: Attempt) -> SemaphoreFull:

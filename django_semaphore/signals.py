@@ -7,8 +7,7 @@ listed below.
 - ``semaphore_released``: ``token``, ``held_for`` (seconds), ``was_held``
 - ``semaphore_lost``: ``token`` (a renewal found the lease gone)
 - ``semaphore_backend_error``: ``error`` (the redis-py exception; a
-  ``BackendUnavailable`` when none is behind it: too few replicas confirmed,
-  ``TooManyPartitions``)
+  ``BackendUnavailable`` when none is behind it: too few replicas confirmed)
 - ``semaphore_request_outcome``: ``outcome`` (one of ``outcomes.ALL``),
   ``request``, ``mode``; sent by the decorator and the middleware once per
   request and semaphore, also when Redis is unreachable

@@ -71,8 +71,10 @@ CACHES = {
 
 # Leases are about twice the work they cover: a permit is renewed in the
 # background every third of its lease, so slow work keeps it, and a crashed
-# worker's permits come back within one lease. (Retry-After follows the
-# typical hold time, so leases need not be short for it.)
+# worker's permits come back within one lease. A semaphore that sets none
+# gets SEMAPHORE_WEB_LEASE (10 s) for requests; the demo's are shorter still,
+# so a killed worker's permits come back within seconds. (Retry-After follows
+# the typical hold time, so leases need not be short for it.)
 SEMAPHORES = {
     # Sales reports are heavy on the database: at most 2 at once, site-wide.
     "reports": {"limit": 2, "lease": 4},

@@ -156,6 +156,9 @@ def test_e006_for_a_rule_key(settings) -> None:
         ("SEMAPHORE_ON_ERROR", "sometimes"),
         ("SEMAPHORE_DEFAULT_LEASE", 0),
         ("SEMAPHORE_WAITER_TTL", "1"),
+        ("SEMAPHORE_WEB_LEASE", 0),
+        ("SEMAPHORE_WEB_LEASE", float("nan")),
+        ("SEMAPHORE_WEB_MAX_HOLD", -1),
         ("SEMAPHORE_VIEW", "tests.support.views.no_such_view"),
         ("SEMAPHORE_MIDDLEWARE_BYPASS", "tests.support.views.no_such_predicate"),
         ("SEMAPHORE_IP_META_KEY", "tests.support.views.no_such_function"),
@@ -173,6 +176,12 @@ def test_e010_app_settings(settings, setting: str, value: object) -> None:
     setattr(settings, setting, value)
     messages = checks.check_app_settings()
     assert ids(messages) == ["django_semaphore.E010"] and setting in messages[0].msg
+
+
+def test_no_bound_on_a_requests_hold_is_a_valid_setting(settings) -> None:
+    settings.SEMAPHORE_WEB_MAX_HOLD = None
+    settings.SEMAPHORE_WEB_LEASE = 2.5
+    assert checks.check_app_settings() == []
 
 
 def test_w002_rules_without_the_middleware(settings) -> None:

@@ -15,7 +15,7 @@ import pytest
 from django.test import AsyncClient, Client
 
 from django_semaphore import Semaphore, get_semaphore
-from django_semaphore.core.conf import WEB_MAX_HOLD_LEASES, SemaphoreConfig
+from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.signals import semaphore_lost
 
 from .support.guards import declare
@@ -60,10 +60,44 @@ def test_max_hold_none_lets_a_permit_be_renewed_for_as_long_as_it_is_held() -> N
     permit.release()
 
 
-def test_a_request_holds_at_most_ten_leases_by_default() -> None:
-    config = SemaphoreConfig.from_options("web", {"limit": 1, "lease": 3})
-    assert config.max_hold is None and config.web_max_hold == 3 * WEB_MAX_HOLD_LEASES
+def test_a_request_gets_a_short_renewed_lease_and_a_fixed_hold_cap_by_default(settings) -> None:
+    """A killed worker's permits come back within a short lease (renewal keeps a live request's), and a
+    long export is not cut off after ten of them: the cap is a fixed duration."""
+    config = SemaphoreConfig.from_options("web", {"limit": 1})
+    assert (config.lease, config.web_lease) == (60, 10)  # non-web callers keep SEMAPHORE_DEFAULT_LEASE
+    assert config.max_hold is None and config.web_max_hold == 600
+    explicit = SemaphoreConfig.from_options("web", {"limit": 1, "lease": 3})
+    assert (explicit.web_lease, explicit.web_max_hold) == (3, 600)
     assert SemaphoreConfig.from_options("web", {"limit": 1, "max_hold": None}).web_max_hold is None
+    assert SemaphoreConfig.from_options("web", {"limit": 1, "max_hold": 30}).web_max_hold == 30
+    # Nothing renews a permit without auto_renew: a request keeps the whole lease it was given.
+    assert SemaphoreConfig.from_options("web", {"limit": 1, "auto_renew": False}).web_lease == 60
+    settings.SEMAPHORE_WEB_LEASE = 5
+    settings.SEMAPHORE_WEB_MAX_HOLD = None
+    tuned = SemaphoreConfig.from_options("web", {"limit": 1})
+    assert (tuned.web_lease, tuned.web_max_hold) == (5, None)
+
+
+@pytest.mark.django_db  # close() sends request_finished, which tidies database connections
+@pytest.mark.parametrize("through", ["decorator", "middleware"])
+def test_a_guarded_request_holds_its_permit_on_the_web_lease(settings, through: str) -> None:
+    declare(settings, guarded={"lease": None}, sitewide={"lease": None})
+    for name in ("guarded", "sitewide"):  # as declared in a project: no lease of their own
+        settings.SEMAPHORES[name].pop("lease")
+    if through == "middleware":
+        settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django_semaphore.middleware.SemaphoreMiddleware"]
+        settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "sitewide", "path": "^/surface/reported-stream/"}]
+    name = "sitewide" if through == "middleware" else "guarded"
+    response = Client().get("/surface/reported-stream/")  # the stream holds its permits until closed
+    try:
+        (holder,) = get_semaphore(name).status().holders
+    finally:
+        response.close()
+    assert holder.lease_deadline_ms - holder.acquired_at_ms == 10_000
+    # @limit, tasks and scripts keep SEMAPHORE_DEFAULT_LEASE.
+    permit = get_semaphore(name).acquire(auto_renew=False)
+    assert permit is not None and permit.lease == 60
+    permit.release()
 
 
 @pytest.fixture

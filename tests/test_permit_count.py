@@ -22,6 +22,7 @@ from django_semaphore.core.drivers import drive
 from django_semaphore.core.flow import acquire_flow
 from django_semaphore.core.results import AcquireReply
 
+from .support.polling import wait_until
 from .support.raw import renew_token
 
 
@@ -209,6 +210,28 @@ def test_an_interrupted_acquire_under_an_identity_gives_back_only_its_own_grant(
     with pytest.raises(KeyboardInterrupt):
         drive(get_client(), request, _interrupted_after_the_first_reply(request), 2.0)
     assert sem.status().used == 0
+
+
+def _timed_out_before_the_reply(request):  # type: ignore[no-untyped-def]
+    """The acquire went out and no reply came in time (a hung server): redis-py's timeout, before any reply."""
+    raise redis.exceptions.TimeoutError("Timeout reading from socket")
+    yield  # a generator, as every flow is
+
+
+def test_an_acquire_the_server_runs_after_its_clean_up_grants_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung server runs, when it resumes, what its clients sent meanwhile, in no order a client can
+    choose: an abandoned acquire may come after the clean-up its caller left, and this without a
+    "not after" bound when the caller did not yet know the server's clock (its first call)."""
+    from django_semaphore.core.renewal import renewer
+
+    monkeypatch.setattr("django_semaphore.core.renewal.RETRY_AFTER_ERROR", 0.01)
+    sem = make("overtaken", 1, lease=60)
+    request = sem._request(wait=0.3)
+    with pytest.raises(redis.exceptions.TimeoutError):
+        drive(get_client(), request, _timed_out_before_the_reply(request), 2.0)
+    wait_until(lambda: renewer.pending() == 0)  # the clean-up ran (in the background)
+    late = AcquireReply.parse(backend.run(request.acquire_call(0), sem.name, sem.partition), 0.0)
+    assert not late.granted and sem.status().used == 0, late
 
 
 @pytest.mark.processes

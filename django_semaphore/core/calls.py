@@ -49,7 +49,7 @@ class Calls:
         grant_before_ms: int,
         metadata: bytes,
     ) -> ScriptCall:
-        keys = [*self.keys.common, self.keys.wake(token)] if waiting else self.keys.common
+        keys = [*self.keys.common, self.keys.wake(token)]
         mode = "wait" if waiting else "try"
         request = f"{token} {weight} {lease_ms} {mode} {claim_ms} {hold_ms} {nonce} {not_after_ms} {grant_before_ms}"
         return ScriptCall("acquire", keys, [self.config, request.encode(), metadata])
@@ -67,10 +67,19 @@ class Calls:
     def renew(self, token: str, lease_ms: int) -> ScriptCall:
         return ScriptCall("renew", self.keys.common, [self.config, wire(token), lease_ms])
 
-    def cancel(self, token: str, nonce: str, *, unblock: bool = False) -> ScriptCall:
-        """Leave the line; give back a grant made for the call ``nonce`` names; ``unblock`` wakes its wait."""
+    def cancel(self, token: str, nonce: str, *, unblock: bool = False, tombstone: bool = False) -> ScriptCall:
+        """Leave the line; give back a grant made for the call ``nonce`` names; ``unblock`` wakes its wait.
+
+        ``tombstone``: the call was interrupted, its acquire may still be on its
+        way (a hung server runs what it buffered when it resumes): refuse it then.
+        """
         keys = [*self.keys.common, self.keys.wake(token)]
-        return ScriptCall("cancel", keys, [self.config, token, nonce, b"1" if unblock else b"0"])
+        mode = b"2" if tombstone else b"1" if unblock else b"0"
+        return ScriptCall("cancel", keys, [self.config, token, nonce, mode])
+
+    def evict(self) -> ScriptCall:
+        """Delete this partition's keys if it is idle (no holder, no waiter, no limit override)."""
+        return ScriptCall("evict_partition", self.keys.common, [self.config])
 
     def status(self, max_holders: int, history: bool) -> ScriptCall:
         return ScriptCall("status", self.keys.common, [self.config, max_holders, b"1" if history else b"0"])

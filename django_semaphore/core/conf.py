@@ -31,6 +31,10 @@ APP_DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_KEY_PREFIX": "semaphore:",
     "SEMAPHORE_ON_ERROR": "allow",
     "SEMAPHORE_DEFAULT_LEASE": 60.0,
+    # Requests (the decorator and the middleware): a short lease, renewed while the request lives,
+    # so a killed worker's permits come back soon; and a fixed bound on how long one request holds.
+    "SEMAPHORE_WEB_LEASE": 10.0,
+    "SEMAPHORE_WEB_MAX_HOLD": 600.0,
     "SEMAPHORE_WAITER_TTL": 1.0,
     # The Django surface: request keys, the 503 response, the middleware.
     "SEMAPHORE_VIEW": None,
@@ -180,10 +184,6 @@ def option_problems(name: object, options: object) -> list[str]:
     return problems
 
 
-# How long a request may hold a permit by default, in leases: renewal keeps a
-# lease alive while its holder lives, and a client that never finishes reading a
-# streamed response (or sends its body at a byte a second) must not keep it for good.
-WEB_MAX_HOLD_LEASES = 10
 # Whole semaphores keep an hour of utilisation history, a sample per 10 s at
 # most; partitions (one per user, per IP...) keep none.
 HISTORY_EVERY_MS = 10_000
@@ -210,12 +210,13 @@ class SemaphoreConfig:
     # First come, first served (the default), or a free permit to whoever asks first.
     fair: bool = True
     # Seconds a permit may be held at most (renewal stops there); None: no bound.
-    # `web_max_hold` is what the decorator and the middleware use.
+    # `web_lease` and `web_max_hold` are what the decorator and the middleware use.
     max_hold: float | None = None
+    web_lease: float = 10.0
     web_max_hold: float | None = None
     # Seconds a partition's keys outlive its last lease.
     partition_idle: float = 86400.0
-    # Keyed semaphores: partitions kept at once; a new key past it gets on_error.
+    # Keyed semaphores: idle partitions kept at once; past it the oldest idle ones are evicted.
     max_partitions: int | None = None
     # An adaptive limit (core/adaptive.py); `limit` is then its initial value.
     adaptive: AdaptiveLimit | None = None
@@ -232,9 +233,14 @@ class SemaphoreConfig:
         for where, found, known in _option_dicts(name, options):
             warn_unknown(where, found, known)  # a rolling deploy: a newer release's option, ignored here
         lease = float(options.get("lease", app_setting("SEMAPHORE_DEFAULT_LEASE")))
+        auto_renew = bool(options.get("auto_renew", True))
+        # A request's permit is renewed while the request lives, so its lease only says how long a
+        # killed worker's permit stays taken; without renewal it must cover the whole request.
+        web_lease = lease if "lease" in options or not auto_renew else float(app_setting("SEMAPHORE_WEB_LEASE"))
         max_hold = None if options.get("max_hold") is None else float(options["max_hold"])
         # Requests are bounded even when nothing is set; an explicit None lifts the bound.
-        web_max_hold = max_hold if "max_hold" in options else lease * WEB_MAX_HOLD_LEASES
+        web_cap = app_setting("SEMAPHORE_WEB_MAX_HOLD")
+        web_max_hold = max_hold if "max_hold" in options else None if web_cap is None else float(web_cap)
         adaptive = AdaptiveLimit.from_spec(options["limit"]["adaptive"]) if is_adaptive(options["limit"]) else None
         return cls(
             name=name,
@@ -245,13 +251,14 @@ class SemaphoreConfig:
             weight=options.get("weight", 1),
             key=options.get("key"),
             on_error=options.get("on_error", app_setting("SEMAPHORE_ON_ERROR")),
-            auto_renew=bool(options.get("auto_renew", True)),
+            auto_renew=auto_renew,
             waiter_ttl=float(app_setting("SEMAPHORE_WAITER_TTL")),
             options=dict(options),
             replicas=options.get("replicas", 0),
             replica_timeout=float(options.get("replica_timeout", 0.1)),
             fair=options.get("fair", True),
             max_hold=max_hold,
+            web_lease=web_lease,
             web_max_hold=web_max_hold,
             partition_idle=float(app_setting("SEMAPHORE_PARTITION_IDLE")),
             max_partitions=options.get("max_partitions"),

@@ -12,17 +12,22 @@ Besides relaying steps, a driver owns three things the flow cannot see:
   leaves the line itself and unblocks its own wait. A wait that ends when
   the earliest lease does is bounded the same way, but the driver stays in
   line: it pushes a note onto its own wake list, and the flow asks again,
-  which reclaims the lease and hands its permit on within milliseconds.
-- **An interrupted call.** An outage, a cancelled task or Ctrl-C halfway may
-  leave a permit granted unseen or a place in line. The driver gives both
-  back: at once when Redis is answering, else through the background
-  reconciler, which retries until Redis confirms.
+  which reclaims the lease and hands its permit on within milliseconds. A
+  Redis that answers nothing ends the call at its deadline (core/bounded.py),
+  not at the socket timeout.
+- **An interrupted call.** An outage, a cancelled task, a deadline or Ctrl-C
+  halfway may leave a permit granted unseen or a place in line. The driver
+  gives both back: at once when Redis is answering, else through the
+  background reconciler, which retries until Redis confirms. Its clean-up
+  also leaves a tombstone for the call, so an acquire Redis runs only after
+  it (a hung server replaying what it buffered) is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import time
 from collections import OrderedDict
 from contextlib import suppress
@@ -31,9 +36,9 @@ from typing import Any
 
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.cluster import RedisCluster
 
-from . import scripts
+from . import bounded, scripts
+from .bounded import NO_DEADLINE, Deadline
 from .errors import OUTAGE_ERRORS as OUTAGE_ERRORS  # re-exported: classify with errors.is_outage
 from .errors import is_outage
 from .flow import Acquire, AcquireRequest, Block, Confirm, Flow, Woken
@@ -109,14 +114,21 @@ def _cap(timeout: float, read_timeout: float | None) -> float:
     return min(timeout, read_timeout * 0.8) if read_timeout else timeout
 
 
+def _given_up(read_timeout: float | None, deadline: Deadline) -> float | None:
+    """Seconds from now until the caller gives up on a reply: its read timeout, or its deadline if sooner."""
+    left = min(deadline.left(), math.inf if read_timeout is None else read_timeout)
+    return None if left == math.inf else max(left, 0.0)
+
+
 def drive(
     client: Any,
     request: AcquireRequest,
     flow: Flow,
     read_timeout: float | None,
     confirm: ReplicaConfirmation | None = None,
+    deadline: Deadline = NO_DEADLINE,
 ) -> AcquireReply:
-    """Run ``flow`` to its end on a sync client."""
+    """Run ``flow`` to its end on a sync client, every round trip by ``deadline``."""
     clock_key = request.calls.keys.base
     try:
         step = next(flow)
@@ -124,32 +136,33 @@ def drive(
             reply: Any
             if isinstance(step, Acquire):
                 call = request.acquire_call(
-                    server_clock.bound(clock_key, read_timeout), server_clock.bound(clock_key, step.remaining)
+                    server_clock.bound(clock_key, _given_up(read_timeout, deadline)),
+                    server_clock.bound(clock_key, step.remaining),
                 )
-                if confirm is not None:
-                    reply, confirm.acked = scripts.run_confirmed(client, call, confirm.replicas, confirm.timeout_ms)
-                else:
-                    reply = scripts.run(client, call)
+                reply = _run(client, call, confirm, deadline)
                 server_clock.observe(clock_key, reply[6], time.monotonic())
             elif isinstance(step, Block):
-                reply = _block(client, request, step, read_timeout)
+                reply = _block(client, request, step, read_timeout, deadline)
             elif isinstance(step, Confirm):
-                if confirm is not None:
-                    reply, confirm.acked = scripts.run_confirmed(
-                        client, request.confirm_call(), confirm.replicas, confirm.timeout_ms
-                    )
-                else:
-                    reply = scripts.run(client, request.confirm_call())
+                reply = _run(client, request.confirm_call(), confirm, deadline)
             else:
-                reply = scripts.run(client, request.cancel_call())
+                reply = bounded.run(client, request.cancel_call(), deadline)
             try:
                 step = flow.send(reply)
             except StopIteration as done:
                 result: AcquireReply = done.value
                 return result
     except BaseException as error:
-        _clean_up(client, request, error)
+        _clean_up(client, request, error, deadline)
         raise
+
+
+def _run(client: Any, call: Any, confirm: ReplicaConfirmation | None, deadline: Deadline) -> Any:
+    """One script call by ``deadline``; in the stricter mode, confirmed by replicas (``WAIT``) too."""
+    if confirm is None:
+        return bounded.run(client, call, deadline)
+    reply, confirm.acked = bounded.run_confirmed(client, call, confirm.replicas, confirm.timeout_ms, deadline)
+    return reply
 
 
 def _worth_trying_now(error: BaseException) -> bool:
@@ -161,66 +174,75 @@ def _worth_trying_now(error: BaseException) -> bool:
     return isinstance(error, redis.exceptions.ConnectionError) or not is_outage(error)
 
 
-def _clean_up(client: Any, request: AcquireRequest, error: BaseException) -> None:
-    """Give back whatever an interrupted call may hold: now if Redis answers, else in the background."""
-    if _worth_trying_now(error):
+def _clean_up(client: Any, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
+    """Give back whatever an interrupted call may hold: now if Redis answers (and time is left), else later."""
+    if _worth_trying_now(error) and not deadline.passed():
         try:
-            scripts.run(client, request.cancel_call())
+            bounded.run(client, request.cancel_call(tombstone=True), deadline)
             return
         except Exception:
             pass
-    renewer.reconcile(request.cancel_call(), within=request.lease_ms / 1000)
+    renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
 
 
 def _grace(step: Block) -> float:
     return LATE_WAIT_GRACE if step.precise else EXPIRY_GRACE
 
 
-def _wake_self(client: Any, request: AcquireRequest) -> None:
+def _wake_self(client: Any, request: AcquireRequest, deadline: Deadline) -> None:
     """End this waiter's own wait: a note on its wake list, expiring like a grant's if nobody reads it."""
-    pipe = client.pipeline(transaction=False)
-    pipe.rpush(request.wake_key, WAKE_SELF)
-    pipe.pexpire(request.wake_key, request.claim_ms)
-    pipe.execute()
+    connections = bounded.connections_for(client, request.wake_key)
+    for reply in bounded.exchange(
+        connections,
+        deadline,
+        [("RPUSH", request.wake_key, WAKE_SELF), ("PEXPIRE", request.wake_key, request.claim_ms)],
+    ):
+        if isinstance(reply, Exception):
+            raise reply
 
 
-def _block(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
+def _block(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None, deadline: Deadline) -> Woken:
+    """Wait on the wake list, every reply read by ``deadline``.
+
+    A wait that ends at the caller's deadline (precise) or when the earliest
+    lease does (at expiry) ends on time even when Redis's timer is late; any
+    other wait is read within the read timeout, as any read: a Redis that
+    answers nothing ends the call then.
+    """
     timeout = _cap(step.timeout, read_timeout)
-    if not (step.precise or step.at_expiry):
-        return Woken(_note(client.blpop([request.wake_key], timeout=timeout)))
-    node = (
-        client.get_redis_connection(client.get_node_from_key(request.wake_key))
-        if isinstance(client, RedisCluster)
-        else client
-    )
-    pool = node.connection_pool
-    connection = pool.get_connection()
+    punctual = step.precise or step.at_expiry
+    connections = bounded.connections_for(client, request.wake_key)
+    connection = connections.take(deadline)
     try:
-        connection.send_command("BLPOP", request.wake_key, timeout)
-        if connection.can_read(timeout + _grace(step)):
-            return Woken(_note(connection.read_response()))
-        # Redis is late (its timer fires BLPOP timeouts). At the deadline: leave the line now, and let
-        # the note the leaving leaves behind end the wait, so the connection stays usable. At a lease's
-        # end: end the wait with a note of its own, staying in line, and ask again.
-        if step.precise:
-            scripts.run(client, request.cancel_call(unblock=True))
+        connection.send_command("BLPOP", request.wake_key, timeout, check_health=False)
+        if connection.can_read(deadline.within(timeout + _grace(step) if punctual else read_timeout)):
+            reply = Woken(_note(connection.read_response()))
+        elif not punctual:
+            raise redis.exceptions.TimeoutError("Redis did not answer a wait in line within the socket timeout.")
         else:
-            _wake_self(client, request)
-        note = None
-        if connection.can_read(UNBLOCKED_READ):
-            note = _note(connection.read_response())
-        else:
-            connection.disconnect()
-        # The note read may be a grant that came first; the flow takes it (at the deadline, gives it back).
-        return Woken(left=True) if step.precise else Woken(note)
+            # Redis is late (its timer fires BLPOP timeouts). At the deadline: leave the line now, and let
+            # the note the leaving leaves behind end the wait, so the connection stays usable. At a lease's
+            # end: end the wait with a note of its own, staying in line, and ask again.
+            if step.precise:
+                bounded.run(client, request.cancel_call(unblock=True), deadline)
+            else:
+                _wake_self(client, request, deadline)
+            note = None
+            if connection.can_read(min(UNBLOCKED_READ, max(deadline.left(), 0.0))):
+                note = _note(connection.read_response())
+            else:
+                connection.disconnect()
+            # The note read may be a grant that came first; the flow takes it (at the deadline, gives it back).
+            reply = Woken(left=True) if step.precise else Woken(note)
     except (redis.exceptions.MovedError, redis.exceptions.AskError):
         # The slot moved: the next acquire, through the cluster client, finds the new owner.
-        return Woken()
+        reply = Woken()
     except BaseException:
         connection.disconnect()
+        connections.give_back(connection)
         raise
-    finally:
-        pool.release(connection)
+    connections.give_back(connection)
+    return reply
 
 
 def _note(reply: Any) -> Any:
@@ -234,8 +256,13 @@ async def adrive(
     flow: Flow,
     read_timeout: float | None,
     confirm: ReplicaConfirmation | None = None,
+    deadline: Deadline = NO_DEADLINE,
 ) -> AcquireReply:
-    """``drive`` on an asyncio client; a cancelled task still gives back what it may hold."""
+    """``drive`` on an asyncio client; a cancelled task still gives back what it may hold.
+
+    The caller bounds the whole call by ``deadline`` (it cancels the task
+    then); here it bounds the "not after" of each acquire.
+    """
     clock_key = request.calls.keys.base
     try:
         step = next(flow)
@@ -243,7 +270,8 @@ async def adrive(
             reply: Any
             if isinstance(step, Acquire):
                 call = request.acquire_call(
-                    server_clock.bound(clock_key, read_timeout), server_clock.bound(clock_key, step.remaining)
+                    server_clock.bound(clock_key, _given_up(read_timeout, deadline)),
+                    server_clock.bound(clock_key, step.remaining),
                 )
                 if confirm is not None:
                     reply, confirm.acked = await scripts.arun_confirmed(
@@ -269,22 +297,23 @@ async def adrive(
                 result: AcquireReply = done.value
                 return result
     except BaseException as error:
-        await _aclean_up(client, request, error)
+        await _aclean_up(client, request, error, deadline)
         raise
 
 
-async def _aclean_up(client: Any, request: AcquireRequest, error: BaseException) -> None:
-    if _worth_trying_now(error):
+async def _aclean_up(client: Any, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
+    """``_clean_up`` for a task; one cut off at its deadline leaves it to the background (it must end now)."""
+    if _worth_trying_now(error) and not deadline.passed():
 
         async def leave() -> None:
-            await scripts.arun(client, request.cancel_call())
+            await scripts.arun(client, request.cancel_call(tombstone=True))
 
         # Shielded: the task is usually being cancelled, and a second cancel must not cut the
         # clean-up short; it then finishes in the background.
         with suppress(Exception):
             await asyncio.shield(asyncio.ensure_future(leave()))
             return
-    renewer.reconcile(request.cancel_call(), within=request.lease_ms / 1000)
+    renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
 
 
 async def _awake_self(client: Any, request: AcquireRequest) -> None:
@@ -296,9 +325,9 @@ async def _awake_self(client: Any, request: AcquireRequest) -> None:
 
 async def _ablock(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
     timeout = _cap(step.timeout, read_timeout)
-    bounded = step.precise or step.at_expiry
-    if not bounded or isinstance(client, AsyncRedisCluster):
-        if isinstance(client, AsyncRedisCluster) and bounded:
+    punctual = step.precise or step.at_expiry
+    if not punctual or isinstance(client, AsyncRedisCluster):
+        if isinstance(client, AsyncRedisCluster) and punctual:
             # A cluster node's connections are not handed out: bound the wait from here instead (the
             # read cancelled, redis-py drops its connection, which ends the BLPOP on the server).
             try:

@@ -81,8 +81,8 @@ class AcquireRequest:
             metadata=self.metadata,
         )
 
-    def cancel_call(self, *, unblock: bool = False) -> ScriptCall:
-        return self.calls.cancel(self.token, self.nonce, unblock=unblock)
+    def cancel_call(self, *, unblock: bool = False, tombstone: bool = False) -> ScriptCall:
+        return self.calls.cancel(self.token, self.nonce, unblock=unblock, tombstone=tombstone)
 
     def confirm_call(self) -> ScriptCall:
         return self.calls.renew(self.token, self.lease_ms)

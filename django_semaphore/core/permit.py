@@ -142,6 +142,17 @@ class Permit:
             raise
         return self._released(reply)
 
+    def release_in_background(self) -> None:
+        """Give the permit back from the background thread, retried until Redis answers; return at once.
+
+        For a caller that must not wait on Redis (a request whose earlier
+        call timed out: a hung server would cost it another timeout).
+        """
+        if self.released:
+            return
+        self._start_release()
+        self._settle_later()
+
     def next_renewal(self) -> float:
         """When the background renewal should next extend this lease (monotonic clock)."""
         if self.final:

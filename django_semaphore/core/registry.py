@@ -1,4 +1,4 @@
-"""Which partitions a keyed semaphore has, without SCAN over the keyspace, and how many it may keep.
+"""Which partitions a keyed semaphore has, without SCAN over the keyspace, and how many it keeps.
 
 A partition's keys live in its own cluster slot, so no script can record it
 in a shared list; each process records a partition it serves, once per half
@@ -12,15 +12,16 @@ Entries not recorded for two idle periods are dropped by score (a partition
 in use is recorded at least every half idle period); readers drop the
 entries they read whose partition has expired meanwhile.
 
-``max_partitions`` caps the partitions a semaphore keeps: recording a new
-one past the cap is refused, and the acquire gets ``TooManyPartitions`` (the
-semaphore's ``on_error``). Refusing, not evicting, is what bounds Redis's
-memory: a partition's keys live until ``SEMAPHORE_PARTITION_IDLE`` after its
-last lease whatever the registry says, so forgetting an old entry to make
-room would only hide a partition that still takes memory. When the cap
-refuses, the process checks the oldest entries (at most every
-``SWEEP_EVERY`` seconds) and drops those whose partition has expired, so room
-comes back as soon as partitions actually go.
+``max_partitions`` bounds what a semaphore keeps, never who it serves: a new
+key is always recorded and served, and when the registry then holds more
+than the cap, the oldest entries whose partitions are idle (no holder, no
+waiter, no limit override) are evicted: their keys deleted (``evict_partition``),
+then their entries dropped (``settle_evictions``). So Redis keeps at most
+about ``max_partitions`` idle partitions, plus those in use, and the
+dashboard reads at most that many entries. A partition evicted while some
+process still remembers recording it is recorded again by that process: its
+next acquire finds the partition's keys gone (the reply says "fresh").
+``TooManyPartitions`` is no longer raised.
 """
 
 from __future__ import annotations
@@ -28,15 +29,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from .. import signals
-from ..exceptions import TooManyPartitions
-from . import scripts
-from .calls import ScriptCall
+from . import bounded, scripts
+from .bounded import Deadline
+from .calls import Calls, ScriptCall
 from .conf import SemaphoreConfig, app_setting, key_prefix
-from .errors import outages_ignored
 from .keys import SemaphoreKeys
+from .renewal import renewer
 
 LABEL_LIMIT = 200
 # Partitions this process has recorded lately, and when; bounded so that a
@@ -48,11 +49,13 @@ _recorded: dict[tuple[str, str], float] = {}
 _recorded_lock = threading.Lock()
 # Stale entries one recording drops at most (it stays cheap; the next one goes on).
 PRUNE_BATCH = 100
-# When the cap refuses: how many of the oldest entries are checked for an
-# expired partition, and how often (seconds, per process and semaphore).
-SWEEP = 100
-SWEEP_EVERY = 5.0
-_swept: dict[str, float] = {}
+# Eviction candidates one recording names at most: usually one (the registry was at its cap and
+# one came in); more after a burst of partitions that were all in use when they came.
+EVICT_BATCH = 8
+# An entry whose partition has no keys yet may be a recording whose acquire has not run: it is
+# kept this long (ms; at most an idle period). A process whose acquire comes later than that
+# after its recording, and finds the partition fresh, records it again.
+IN_FLIGHT_MS = 10_000
 
 
 def registry_key(name: str) -> str:
@@ -65,6 +68,10 @@ def labels_key(name: str) -> str:
 
 def _forget_ms() -> int:
     return int(app_setting("SEMAPHORE_PARTITION_IDLE") * 2000)
+
+
+def _in_flight_ms() -> int:
+    return min(IN_FLIGHT_MS, _forget_ms() // 2)
 
 
 def _due(name: str, partition: str) -> bool:
@@ -81,88 +88,132 @@ def _remember(name: str, partition: str) -> None:
         _recorded[entry] = time.monotonic()
 
 
-def _sweep_due(name: str) -> bool:
-    now = time.monotonic()
-    if now - _swept.get(registry_key(name), -SWEEP_EVERY) < SWEEP_EVERY:
-        return False
-    _swept[registry_key(name)] = now
-    return True
+@dataclass(frozen=True)
+class Recording:
+    """What admitting a partition did before its acquire: whether it was recorded, new, and when."""
+
+    recorded: bool = False
+    new: bool = False
+    sent_at: float = 0.0
+
+    def must_record_again(self, fresh: bool) -> bool:
+        """The acquire found the partition without keys (``fresh``) where this recording cannot explain it.
+
+        Only a new entry, recorded moments before, goes with a fresh
+        partition; otherwise the partition was evicted (or expired) since it
+        was recorded, and its entry may be gone: it is recorded again.
+        """
+        if not fresh:
+            return False
+        return not (self.recorded and self.new) or time.monotonic() - self.sent_at > _in_flight_ms() / 1000
 
 
-def _admit_call(config: SemaphoreConfig, partition: str, key: Any) -> ScriptCall:
+SKIPPED = Recording()
+
+
+def _admit_call(config: SemaphoreConfig, partition: str, key: Any, *, evicting: bool = True) -> ScriptCall:
     keys = [registry_key(config.name), labels_key(config.name)]
-    args = [partition, str(key)[:LABEL_LIMIT], _forget_ms(), config.max_partitions or 0, PRUNE_BATCH]
+    cap = (config.max_partitions or 0) if evicting else 0
+    args = [partition, str(key)[:LABEL_LIMIT], _forget_ms(), cap, PRUNE_BATCH, EVICT_BATCH]
     return ScriptCall("admit_partition", keys, args)
 
 
-def _refused(config: SemaphoreConfig, partition: str) -> TooManyPartitions:
-    error = TooManyPartitions(
-        f"Semaphore {config.name!r} keeps {config.max_partitions} partitions (max_partitions) already; "
-        "a new key gets its on_error policy until one of them expires.",
-        name=config.name,
-        partition=partition,
-    )
-    signals.emit(signals.semaphore_backend_error, name=config.name, partition=partition, error=error)
-    return error
+@dataclass
+class Eviction:
+    """Room to make after a recording: how many entries are wanted gone, and the oldest, in order."""
+
+    now_ms: int
+    wanted: int
+    candidates: list[tuple[str, int]]  # (hash, score read)
+    outcomes: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, reply: list[Any]) -> Eviction:
+        rest = reply[3:]
+        candidates = [(_text(rest[i]), int(rest[i + 1])) for i in range(0, len(rest), 2)]
+        return cls(int(reply[1]), int(reply[2]), candidates)
+
+    def next_batch(self) -> list[tuple[str, int]]:
+        """The next candidates to try: as many as are still wanted (the oldest first)."""
+        tried = len(self.outcomes)
+        return self.candidates[tried : tried + max(self.wanted - self._gone(), 0)]
+
+    def _gone(self) -> int:
+        """Entries the settle will drop: evicted, or without keys for longer than an admission takes."""
+        in_flight = _in_flight_ms()
+        return sum(
+            1
+            for (_partition, score), outcome in zip(self.candidates, self.outcomes, strict=False)
+            if outcome == 1 or (outcome == -1 and self.now_ms - score > in_flight)
+        )
+
+    def note(self, outcomes: list[Any]) -> None:
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
+        self.outcomes += [int(outcome) for outcome in outcomes]
+
+    def settle_call(self, name: str) -> ScriptCall:
+        args: list[Any] = [_in_flight_ms()]
+        for (partition, score), outcome in zip(self.candidates, self.outcomes, strict=False):
+            args += [partition, score, outcome]
+        return ScriptCall("settle_evictions", [registry_key(name), labels_key(name)], args)
 
 
-def admit(client: Any, config: SemaphoreConfig, partition: str, key: Any) -> None:
-    """Record ``partition`` before it is acquired; raise ``TooManyPartitions`` past the cap.
+def _evict_calls(config: SemaphoreConfig, candidates: list[tuple[str, int]]) -> list[ScriptCall]:
+    wire = config.wire(True)
+    return [
+        Calls(SemaphoreKeys.build(key_prefix(), config.name, partition), wire).evict()
+        for partition, _score in candidates
+    ]
 
-    An outage here is left to the acquire that follows, which meets it too.
+
+def admit(client: Any, config: SemaphoreConfig, partition: str, key: Any, deadline: Deadline) -> Recording:
+    """Record ``partition`` before it is acquired, evicting idle ones past the cap, by ``deadline``.
+
+    An outage raises (the caller's failure policy applies) rather than going
+    on to the acquire, which would meet it again: one timeout per request.
     """
     if not _due(config.name, partition):
-        return
-    admitted = None
-    with outages_ignored():
-        call = _admit_call(config, partition, key)
-        admitted = bool(scripts.run(client, call))
-        if not admitted and _sweep_due(config.name) and _sweep(client, config.name):
-            admitted = bool(scripts.run(client, call))
-    if admitted is False:
-        raise _refused(config, partition)
-    if admitted:
-        _remember(config.name, partition)
+        return SKIPPED
+    sent_at = time.monotonic()
+    reply = bounded.run(client, _admit_call(config, partition, key), deadline)
+    eviction = Eviction.parse(reply)
+    while batch := eviction.next_batch():
+        eviction.note(bounded.run_each(client, _evict_calls(config, batch), deadline))
+    if eviction.outcomes:
+        bounded.run(client, eviction.settle_call(config.name), deadline)
+    _remember(config.name, partition)
+    return Recording(recorded=True, new=not int(reply[0]), sent_at=sent_at)
 
 
-async def aadmit(client: Any, config: SemaphoreConfig, partition: str, key: Any) -> None:
-    """``admit`` on an asyncio client."""
+async def aadmit(client: Any, config: SemaphoreConfig, partition: str, key: Any) -> Recording:
+    """``admit`` on an asyncio client (its caller ends it at the deadline)."""
     if not _due(config.name, partition):
-        return
-    admitted = None
-    with outages_ignored():
-        call = _admit_call(config, partition, key)
-        admitted = bool(await scripts.arun(client, call))
-        if not admitted and _sweep_due(config.name) and await _asweep(client, config.name):
-            admitted = bool(await scripts.arun(client, call))
-    if admitted is False:
-        raise _refused(config, partition)
-    if admitted:
-        _remember(config.name, partition)
+        return SKIPPED
+    sent_at = time.monotonic()
+    reply = await scripts.arun(client, _admit_call(config, partition, key))
+    eviction = Eviction.parse(reply)
+    while batch := eviction.next_batch():
+        eviction.note(await scripts.arun_pipeline(client, _evict_calls(config, batch)))
+    if eviction.outcomes:
+        await scripts.arun(client, eviction.settle_call(config.name))
+    _remember(config.name, partition)
+    return Recording(recorded=True, new=not int(reply[0]), sent_at=sent_at)
+
+
+def record_again(config: SemaphoreConfig, partition: str, key: Any) -> None:
+    """Record a partition its acquire found evicted, from the background (the request has its answer).
+
+    Without evicting: what it would name is left to the next admission.
+    """
+    call = _admit_call(config, partition, key, evicting=False)
+    renewer.reconcile(call, within=app_setting("SEMAPHORE_PARTITION_IDLE"))
+    _remember(config.name, partition)
 
 
 def _state_key(name: str, partition: str) -> str:
     return SemaphoreKeys.build(key_prefix(), name, partition).state
-
-
-def _sweep(client: Any, name: str) -> bool:
-    """Drop the oldest entries whose partition has expired; True if any went."""
-    oldest = [_text(p) for p in client.zrange(registry_key(name), 0, SWEEP - 1)]
-    pipe = client.pipeline(transaction=False)
-    for partition in oldest:
-        pipe.exists(_state_key(name, partition))
-    return _forget(client, name, [p for p, alive in zip(oldest, pipe.execute(), strict=True) if not alive])
-
-
-async def _asweep(client: Any, name: str) -> bool:
-    oldest = [_text(p) for p in await client.zrange(registry_key(name), 0, SWEEP - 1)]
-    pipe = client.pipeline(transaction=False)
-    for partition in oldest:
-        pipe.exists(_state_key(name, partition))
-    dead = [p for p, alive in zip(oldest, await pipe.execute(), strict=True) if not alive]
-    if dead:
-        await _forgetting(client, name, dead).execute()
-    return bool(dead)
 
 
 def _forget(client: Any, name: str, gone: list[str]) -> bool:
@@ -183,17 +234,27 @@ def recent(client: Any, name: str, limit: int) -> dict[str, str]:
     """The ``limit`` partitions recorded most recently, newest first: hash -> label.
 
     Reads ``limit`` entries and checks only those (their expired partitions
-    are dropped here), whatever the registry's size.
+    are dropped here), whatever the registry's size. An entry without keys
+    recorded within an admission's time of the newest one may be an admission
+    whose acquire has not run yet: it is kept (its partition, once made, must
+    stay under the cap).
     """
-    listed = [_text(p) for p in client.zrevrange(registry_key(name), 0, max(limit, 1) - 1)]
-    if not listed:
+    scored = [
+        (_text(p), score) for p, score in client.zrevrange(registry_key(name), 0, max(limit, 1) - 1, withscores=True)
+    ]
+    if not scored:
         return {}
+    listed = [partition for partition, _score in scored]
     pipe = client.pipeline(transaction=False)
     pipe.hmget(labels_key(name), listed)
     for partition in listed:
         pipe.exists(_state_key(name, partition))
     labels, *alive = pipe.execute()
-    _forget(client, name, [p for p, exists in zip(listed, alive, strict=True) if not exists])
+    newest = scored[0][1]
+    expired = [
+        p for (p, score), exists in zip(scored, alive, strict=True) if not exists and newest - score > _in_flight_ms()
+    ]
+    _forget(client, name, expired)
     return {p: _text(label or "") for p, label, exists in zip(listed, labels, alive, strict=True) if exists}
 
 

@@ -44,14 +44,20 @@ class AcquireReply:
     sent_at: float = 0.0
     # Keys the script found gone under held permits ("holders|N", "state|N"; core/vanished.py), or "".
     vanished: str = ""
+    # The call found the partition without keys (new, evicted or expired): see core/registry.py.
+    fresh: bool = False
 
     @classmethod
     def parse(cls, reply: list[Any], sent_at: float) -> AcquireReply:
-        # A grant's reply stops after now_ms: the rest only matters to a caller turned away or waiting
-        # (or when the script found keys gone, which it says last).
+        # A grant's reply ends with `fresh` after now_ms: the rest only matters to a caller turned away or
+        # waiting, or when the script found keys gone (acquire.lua's header).
         code, fence, deadline, used, limit, waiting, now, *rest = reply
-        position, nearest, expected, *lost = rest or (0, 0, 0)
-        vanished = _text(lost[0]) if lost else ""
+        if len(rest) == 1:
+            position, nearest, expected, vanished, fresh = 0, 0, 0, "", bool(rest[0])
+        else:
+            position, nearest, expected, *tail = rest or (0, 0, 0)
+            vanished = _text(tail[0]) if tail else ""
+            fresh = len(tail) > 1 and bool(tail[1])
         return cls(
             code,
             fence,
@@ -65,6 +71,7 @@ class AcquireReply:
             now,
             sent_at=sent_at,
             vanished=vanished,
+            fresh=fresh,
         )
 
     @property

@@ -32,6 +32,8 @@ OPERATIONS = (
     "force_release",
     "set_limit",
     "admit_partition",
+    "evict_partition",
+    "settle_evictions",
 )
 
 
@@ -62,8 +64,14 @@ def function(operation: str) -> str:
     return f"{library()[0]}_{operation}"
 
 
-def _fcall_args(call: ScriptCall) -> tuple[Any, ...]:
+def fcall_args(call: ScriptCall) -> tuple[Any, ...]:
+    """The command that runs ``call``."""
     return ("FCALL", function(call.script), len(call.keys), *call.keys, *call.args)
+
+
+def load_args() -> tuple[Any, ...]:
+    """The command that loads the library (what ``load`` sends)."""
+    return ("FUNCTION", "LOAD", "REPLACE", library()[1])
 
 
 def missing(error: BaseException) -> bool:
@@ -83,23 +91,23 @@ async def aload(client: Any) -> None:
 def run(client: Any, call: ScriptCall) -> Any:
     """Run one operation on a sync client."""
     try:
-        return client.execute_command(*_fcall_args(call))
+        return client.execute_command(*fcall_args(call))
     except ResponseError as error:
         if not missing(error):
             raise
     load(client)
-    return client.execute_command(*_fcall_args(call))
+    return client.execute_command(*fcall_args(call))
 
 
 async def arun(client: Any, call: ScriptCall) -> Any:
     """Run one operation on an asyncio client."""
     try:
-        return await client.execute_command(*_fcall_args(call))
+        return await client.execute_command(*fcall_args(call))
     except ResponseError as error:
         if not missing(error):
             raise
     await aload(client)
-    return await client.execute_command(*_fcall_args(call))
+    return await client.execute_command(*fcall_args(call))
 
 
 def run_pipeline(client: Any, calls: list[ScriptCall]) -> list[Any]:
@@ -107,7 +115,7 @@ def run_pipeline(client: Any, calls: list[ScriptCall]) -> list[Any]:
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
         for call in calls:
-            pipe.execute_command(*_fcall_args(call))
+            pipe.execute_command(*fcall_args(call))
         replies = pipe.execute(raise_on_error=False)
         if attempt == 0 and any(missing(reply) for reply in replies):
             load(client)
@@ -116,7 +124,22 @@ def run_pipeline(client: Any, calls: list[ScriptCall]) -> list[Any]:
     raise AssertionError("unreachable")
 
 
-def _confirmed(replies: list[Any]) -> tuple[Any, int] | None:
+async def arun_pipeline(client: Any, calls: list[ScriptCall]) -> list[Any]:
+    """``run_pipeline`` on an asyncio client."""
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command(*fcall_args(call))
+        replies = await pipe.execute(raise_on_error=False)
+        if attempt == 0 and any(missing(reply) for reply in replies):
+            await aload(client)
+            continue
+        return list(replies)
+    raise AssertionError("unreachable")
+
+
+def confirmed(replies: list[Any]) -> tuple[Any, int] | None:
+    """A script's reply and WAIT's count, from their two replies; None when the library must be loaded first."""
     reply, acked = replies
     if missing(reply):
         return None
@@ -135,9 +158,9 @@ def run_confirmed(client: Any, call: ScriptCall, replicas: int, timeout_ms: int)
     """
     for _ in range(2):
         pipe = client.pipeline(transaction=False)
-        pipe.execute_command(*_fcall_args(call))
+        pipe.execute_command(*fcall_args(call))
         pipe.execute_command("WAIT", replicas, timeout_ms)
-        outcome = _confirmed(pipe.execute(raise_on_error=False))
+        outcome = confirmed(pipe.execute(raise_on_error=False))
         if outcome is not None:
             return outcome
         load(client)
@@ -148,9 +171,9 @@ async def arun_confirmed(client: Any, call: ScriptCall, replicas: int, timeout_m
     """``run_confirmed`` on an asyncio client."""
     for _ in range(2):
         pipe = client.pipeline(transaction=False)
-        pipe.execute_command(*_fcall_args(call))
+        pipe.execute_command(*fcall_args(call))
         pipe.execute_command("WAIT", replicas, timeout_ms)
-        outcome = _confirmed(await pipe.execute(raise_on_error=False))
+        outcome = confirmed(await pipe.execute(raise_on_error=False))
         if outcome is not None:
             return outcome
         await aload(client)

@@ -16,7 +16,8 @@ from redis.cluster import RedisCluster
 
 from .. import signals
 from ..exceptions import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit, WeightMismatch
-from . import backend, registry, scripts, vanished
+from . import backend, bounded, registry, scripts, vanished
+from .bounded import Deadline
 from .calls import Calls
 from .cancel import CancellableClock, watching
 from .conf import MAX_LIMIT, MAX_SECONDS, SemaphoreConfig, config_for, declared, key_prefix
@@ -187,26 +188,41 @@ class Semaphore:
         )
         with backend.translated(self.name, self.partition):
             client = get_client()
+            # The whole call, recording a new partition included, ends by its wait (or one socket timeout).
+            deadline = bounded.budget(client, request.wait)
+            recording = registry.SKIPPED
             if self.partition is not None and self.key is not None:
-                registry.admit(client, self.config, self.partition, self.key)
+                recording = registry.admit(client, self.config, self.partition, self.key, deadline)
+            request = _left_to_wait(request, deadline)
             confirm = self._confirmation(client)
             if cancel is None:
-                reply = drive(client, request, acquire_flow(request), socket_timeout(client), confirm)
+                reply = drive(client, request, acquire_flow(request), socket_timeout(client), confirm, deadline)
             else:
-                reply = self._drive_cancellable(client, request, confirm, cancel)
+                reply = self._drive_cancellable(client, request, confirm, cancel, deadline)
             if confirm is not None and confirm.short(reply):
                 scripts.run(client, self.calls.release(request.token, nonce=request.nonce))
                 raise self._unconfirmed(confirm)
+        self._record_again(recording, reply)
         return self._finish(request, reply, auto_renew, on_lost)
 
+    def _record_again(self, recording: registry.Recording, reply: AcquireReply) -> None:
+        """A partition this process had recorded, found evicted by its acquire, goes back in the registry."""
+        if self.partition is not None and self.key is not None and recording.must_record_again(reply.fresh):
+            registry.record_again(self.config, self.partition, self.key)
+
     def _drive_cancellable(
-        self, client: Any, request: AcquireRequest, confirm: ReplicaConfirmation | None, cancel: threading.Event
+        self,
+        client: Any,
+        request: AcquireRequest,
+        confirm: ReplicaConfirmation | None,
+        cancel: threading.Event,
+        deadline: Deadline,
     ) -> AcquireReply:
         """``drive`` with a wait that ``cancel`` ends (see core/cancel.py); a grant that raced it goes back."""
         started = time.monotonic()
         flow = acquire_flow(request, CancellableClock(cancel))
         with watching(cancel, lambda: scripts.run(client, request.cancel_call(unblock=True))):
-            reply = drive(client, request, flow, socket_timeout(client), confirm)
+            reply = drive(client, request, flow, socket_timeout(client), confirm, deadline)
         if cancel.is_set() and reply.granted:
             scripts.run(client, self.calls.release(request.token, nonce=request.nonce))
             reply = replace(reply, code=FULL)
@@ -238,14 +254,25 @@ class Semaphore:
         )
         with backend.translated(self.name, self.partition):
             client = await aclient()
-            if self.partition is not None and self.key is not None:
-                await registry.aadmit(client, self.config, self.partition, self.key)
-            confirm = self._confirmation(client)
-            reply = await adrive(client, request, acquire_flow(request), socket_timeout(client), confirm)
-            if confirm is not None and confirm.short(reply):
-                await scripts.arun(client, self.calls.release(request.token, nonce=request.nonce))
-                raise self._unconfirmed(confirm)
+            deadline = bounded.budget(client, request.wait)
+            recording, reply = await bounded.by(deadline, self._aacquire(client, request, deadline))
+        self._record_again(recording, reply)
         return self._finish(request, reply, auto_renew, on_lost)
+
+    async def _aacquire(
+        self, client: Any, request: AcquireRequest, deadline: Deadline
+    ) -> tuple[registry.Recording, AcquireReply]:
+        """``aattempt``'s round trips, which its caller ends at ``deadline``."""
+        recording = registry.SKIPPED
+        if self.partition is not None and self.key is not None:
+            recording = await registry.aadmit(client, self.config, self.partition, self.key)
+        request = _left_to_wait(request, deadline)
+        confirm = self._confirmation(client)
+        reply = await adrive(client, request, acquire_flow(request), socket_timeout(client), confirm, deadline)
+        if confirm is not None and confirm.short(reply):
+            await scripts.arun(client, self.calls.release(request.token, nonce=request.nonce))
+            raise self._unconfirmed(confirm)
+        return recording, reply
 
     def _finish(
         self,
@@ -474,6 +501,13 @@ class Semaphore:
             SemaphoreStatus.parse(self.name, part.partition, self.config.limit, reply)
             for part, reply in zip(parts, replies, strict=True)
         ]
+
+
+def _left_to_wait(request: AcquireRequest, deadline: Deadline) -> AcquireRequest:
+    """The wait, less what recording a new partition took: the call as a whole ends by its deadline."""
+    if request.wait <= 0 or deadline.at is None:
+        return request
+    return replace(request, wait=max(min(request.wait, deadline.left() - bounded.LEAVING), 0.0))
 
 
 def get_semaphore(name: str, key: Any = None) -> Semaphore:

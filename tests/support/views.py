@@ -81,6 +81,18 @@ def held_open(request: HttpRequest, rest: str) -> StreamingHttpResponse:
     return StreamingHttpResponse(_chunks())
 
 
+@semaphore("guarded", key="header:X-Api-Key")
+def header_keyed_quiet(request: HttpRequest) -> JsonResponse:
+    """Keyed by a header, and touching Redis for nothing but its permit (an outage's tests)."""
+    return _outcome(request)
+
+
+@semaphore("guarded", key="ip")
+def ip_held_open(request: HttpRequest) -> StreamingHttpResponse:
+    """Keyed by the client's address: its permit stays held until the stream is closed."""
+    return StreamingHttpResponse(_chunks())
+
+
 @semaphore("guarded")
 def file_download(request: HttpRequest) -> FileResponse:
     return FileResponse(io.BytesIO(b"file body"), filename="report.txt")

@@ -69,6 +69,38 @@ def hammer(prefix: str, limit: int, duration: float, skew: float, seed: int) -> 
         permit.release()
 
 
+def churn_partitions(prefix: str, keys: int, cap: int, duration: float, seed: int) -> None:
+    """Take permits of random keys of a keyed semaphore at limit 1 whose cap is below the keys in use.
+
+    Each key's holders are counted by the referee under a key of its own, so
+    an eviction that deleted a partition in use would show as two inside.
+    """
+    setup(prefix)
+    import redis
+    from django.conf import settings
+
+    from django_semaphore import Semaphore
+    from django_semaphore.core.conf import SemaphoreConfig
+
+    rng = random.Random(seed)
+    config = SemaphoreConfig.from_options(
+        "churned", {"limit": 1, "lease": 10, "key": "header:X-Key", "max_partitions": cap}
+    )
+    client = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    referees = {n: Referee(client, prefix, 1) for n in range(keys)}
+    for n, referee in referees.items():
+        referee.inside = f"{prefix}inside:{n}"
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        n = rng.randrange(keys)
+        permit = Semaphore(config, f"key-{n}").acquire(wait=0, auto_renew=False)
+        if permit is None:
+            continue
+        with referees[n].entered():
+            time.sleep(rng.uniform(0, 0.003))
+        permit.release()
+
+
 def hold_forever(prefix: str, name: str, limit: int, lease: float, wait: float) -> None:
     """Acquire one permit (waiting if need be) and keep it until killed."""
     setup(prefix)

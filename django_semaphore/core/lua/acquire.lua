@@ -1,7 +1,7 @@
 -- Take `weight` permits for `token`, or join / stay in the waiting line.
 --
--- KEYS[1..7] the semaphore (see common.lua); KEYS[8] the caller's own wake list
---   (passed only in 'wait' mode: a caller that never waits has none)
+-- KEYS[1..7] the semaphore (see common.lua); KEYS[8] the caller's own wake list (where a
+--   clean-up that overtook this call left its tombstone, see cancel.lua)
 -- ARGV[1] the semaphore's configuration (see common.lua)
 -- ARGV[2] the request, nine fields separated by spaces (one argument: cheaper to send than nine):
 --   token: the caller's 128-bit random id, or its identity digest
@@ -14,14 +14,17 @@
 --   max hold in ms (0: none): no renewal extends the lease past acquired + max hold
 --   nonce: this call's mark on its grant, so a clean-up gives back only what it may hold
 --   not after, server ms (0: none): Redis running the call later than this means its caller has
---     given up on it (a hung server replaying what it buffered): refused, nothing written
+--     given up on it (a hung server replaying what it buffered): refused, nothing written; so is
+--     a call whose clean-up ran first (its tombstone on KEYS[8]), whatever the clocks say
 --   grant before, server ms (0: none): the caller's wait ends then; run later (a slow server), the
 --     call grants nothing, leaves the line and answers "full"
 -- ARGV[3] holder metadata (JSON written by the client, stored verbatim)
 --
--- Reply: {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, position, nearest_expiry_ms,
---         expected_free_ms[, vanished]}, the three before vanished only when the caller did not get a
---         permit or vanished follows (common.lua's `context`: keys found gone under held permits); code 1
+-- Reply: {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, fresh} when the caller got a
+--         permit, else {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, position,
+--         nearest_expiry_ms, expected_free_ms, vanished, fresh} (also for a permit when keys were found
+--         gone: vanished is common.lua's `context` report of keys gone under held permits, '' when none;
+--         fresh is 1 when this call found the partition without keys, as a new, evicted or expired one is); code 1
 --         granted, 2 already held (lease renewed), 3 queued, 0 full, -1 weight above the limit,
 --         -2 too late (not after), -3 this token holds or waits with another weight.
 --         nearest_expiry_ms is when the earliest lease ends (the waiter's backstop timer);
@@ -48,7 +51,7 @@ grant_before = int_arg(grant_before, 'grant before', 0, 9007199254740991)
 local meta = ARGV[3] or ''
 
 local now, now_text = server_now_ms()
-if not_after > 0 and now > not_after then
+if (not_after > 0 and now > not_after) or (nonce ~= '' and redis.call('LPOS', K.own_wake, 'C|' .. nonce)) then
   return {-2, 0, 0, 0, 0, 0, now, 0, 0, 0}
 end
 local st = read_state()
@@ -60,12 +63,13 @@ reclaim(st, h)
 local function reply(code, fence, deadline, position)
   settle(ctx)
   commit(st, cfg, now)
+  local fresh = st.created and 1 or 0
   if (code == 1 or code == 2) and not ctx.vanished then
-    return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now}
+    return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, fresh}
   end
   local nearest = ctx.earliest and math.max(ctx.earliest - now, 0) or 0
   return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, position, nearest, expected_free_ms(ctx, cfg),
-          ctx.vanished}
+          ctx.vanished or '', fresh}
 end
 
 -- Acquiring again under the same identity renews the permit already held (and a retried call

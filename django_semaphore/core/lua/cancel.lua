@@ -6,9 +6,14 @@
 -- ARGV[2] token of the waiter
 -- ARGV[3] nonce of the call giving up: only a grant made for that call goes back
 -- ARGV[4] '1' to leave a note on the caller's wake list, so that a wait still blocked on it
---         (Redis fires BLPOP timeouts on its own timer, late) returns at once
+--         (Redis fires BLPOP timeouts on its own timer, late) returns at once; '2' to leave a
+--         tombstone there instead ("C|<nonce>"): the call was interrupted, and its acquire, should
+--         Redis run it after this (a hung server replaying what it buffered), is refused
 --
 -- Reply: {in_line (1 if the waiter was still in line, else 0), gave_back (1 if a grant went back)}
+-- How long a tombstone waits for the acquire it refuses (which a resuming server runs at about
+-- the time it runs this clean-up; past that, the grant of a later one ends with its lease anyway).
+local TOMBSTONE_MS = 60000
 local cfg = read_config(ARGV[1])
 local token = token_arg(ARGV[2], 'token')
 local nonce = ARGV[3] or ''
@@ -44,6 +49,9 @@ count(st, 'rejected')
 if ARGV[4] == '1' then
   add('RPUSH', K.own_wake, 'X')
   add('PEXPIRE', K.own_wake, cfg.waiter_ttl * 2)
+elseif ARGV[4] == '2' and nonce ~= '' then
+  add('RPUSH', K.own_wake, 'C|' .. nonce)
+  add('PEXPIRE', K.own_wake, TOMBSTONE_MS)
 else
   delete(K.own_wake)
 end

@@ -1,0 +1,269 @@
+"""Redis calls that end by a deadline, whatever the server does.
+
+A stalled server (SIGSTOP, a long fork, a network path that drops packets)
+answers nothing, and redis-py then waits for the socket timeout on every
+read, a new connection's handshake included. An acquire has a time of its
+own: ``acquire(wait=w)`` must answer within its wait, and any acquire within
+one socket timeout, however many round trips it takes (recording a new
+partition, waiting in line, leaving it). So the acquire's round trips run on
+connections of this module's own, cloned from the client's pool (the same
+class and options: TLS, ACL user, Sentinel master discovery), whose
+connecting and every read are bounded by what is left of the call's time.
+A reply that has not come by then is abandoned with its connection, and
+redis-py's ``TimeoutError`` says so: the caller's failure policy applies,
+and what the call may still do on the server when it resumes is given back
+by the driver's clean-up (core/drivers.py).
+
+Owning these connections is what makes the bound possible: their timeouts
+can be shortened for one call without touching a connection another thread
+is using. On Redis Cluster each node's pool gets its own; a slot that moved
+meanwhile (MOVED, ASK) is retried through the cluster client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.retry import Retry
+
+from . import scripts
+from .calls import ScriptCall
+from .connection import socket_timeout
+
+# Idle connections kept per pool; more are closed when given back.
+MAX_IDLE = 64
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a call must have answered, on this process's monotonic clock (None: the socket timeout alone)."""
+
+    at: float | None
+
+    @classmethod
+    def after(cls, seconds: float | None) -> Deadline:
+        return cls(None if seconds is None else time.monotonic() + seconds)
+
+    def left(self) -> float:
+        return math.inf if self.at is None else self.at - time.monotonic()
+
+    def passed(self) -> bool:
+        return self.left() <= 0
+
+    def within(self, timeout: float | None) -> float | None:
+        """Seconds the next read may take (None: no bound): what is left, never more than ``timeout``.
+
+        Raises redis-py's ``TimeoutError`` when nothing is left.
+        """
+        left = min(self.left(), math.inf if timeout is None else timeout)
+        if left <= 0:
+            raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.")
+        return None if left == math.inf else left
+
+
+NO_DEADLINE = Deadline(None)
+
+
+class Connections:
+    """Connections of one pool's kind, for calls with a deadline: connecting and reading bounded per call."""
+
+    def __init__(self, pool: Any) -> None:
+        self._factory = pool.connection_class
+        # One attempt to connect: a retry's backoff would outlast the call's deadline.
+        self._options = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0)}
+        self.timeout: float | None = self._options.get("socket_timeout")
+        self._connect_timeout: float | None = self._options.get("socket_connect_timeout") or self.timeout
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+
+    def take(self, deadline: Deadline) -> Any:
+        """A connected connection, reached within what is left of ``deadline``."""
+        with self._lock:
+            connection = self._idle.pop() if self._idle else None
+        if connection is None:
+            connection = self._factory(**self._options)
+        try:
+            if _connected(connection) and connection.can_read(0):
+                connection.disconnect()  # the server closed it, or left a reply on it: start again
+        except redis.exceptions.ConnectionError:
+            connection.disconnect()
+        if not _connected(connection):
+            self.connect(connection, deadline)
+        return connection
+
+    def connect(self, connection: Any, deadline: Deadline) -> None:
+        """Connect with this call's time as the bound of the TCP connect and of the handshake's reads."""
+        connection.socket_connect_timeout = deadline.within(self._connect_timeout)
+        connection.socket_timeout = deadline.within(self.timeout)
+        try:
+            connection.connect()
+        finally:
+            connection.socket_connect_timeout = self._connect_timeout
+            connection.socket_timeout = self.timeout
+        sock = getattr(connection, "_sock", None)
+        if sock is not None:
+            sock.settimeout(self.timeout)
+
+    def give_back(self, connection: Any) -> None:
+        with self._lock:
+            if len(self._idle) < MAX_IDLE:
+                self._idle.append(connection)
+                return
+        connection.disconnect()
+
+
+def _connected(connection: Any) -> bool:
+    return getattr(connection, "_sock", None) is not None
+
+
+# Per pool, per process: a forked child must not share its parent's sockets.
+_connections: weakref.WeakKeyDictionary[Any, Connections] = weakref.WeakKeyDictionary()
+_connections_lock = threading.Lock()
+os.register_at_fork(after_in_child=_connections.clear)
+
+
+def connections_for(client: Any, key: str) -> Connections:
+    """The deadline connections to the server (the Cluster node) that holds ``key``."""
+    if isinstance(client, RedisCluster):
+        client = client.get_redis_connection(client.get_node_from_key(key))
+    pool = client.connection_pool
+    with _connections_lock:
+        found = _connections.get(pool)
+        if found is None:
+            found = _connections[pool] = Connections(pool)
+        return found
+
+
+def exchange(connections: Connections, deadline: Deadline, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Send ``commands`` on one connection and read their replies (errors as values), by ``deadline``."""
+    connection = connections.take(deadline)
+    try:
+        try:
+            connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+        except redis.exceptions.ConnectionError:
+            # A connection the server closed while it sat idle (a restart): nothing reached the
+            # server, so the commands go again, once, on a new one.
+            connection.disconnect()
+            connections.connect(connection, deadline)
+            connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+        replies = []
+        for _ in commands:
+            if not connection.can_read(deadline.within(connections.timeout)):
+                raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.")
+            try:
+                replies.append(connection.read_response())
+            except redis.exceptions.ResponseError as error:
+                replies.append(error)
+    except BaseException:
+        connection.disconnect()
+        connections.give_back(connection)
+        raise
+    connections.give_back(connection)
+    return replies
+
+
+def _load(connections: Connections, deadline: Deadline) -> None:
+    """Load the library (a server that lost it); a refusal (OOM, NOPERM) raises, as an outage."""
+    reply = exchange(connections, deadline, [scripts.load_args()])[0]
+    if isinstance(reply, Exception):
+        raise reply
+
+
+def _redirected(reply: Any) -> bool:
+    return isinstance(reply, (redis.exceptions.MovedError, redis.exceptions.AskError))
+
+
+def run_pipeline(client: Any, calls: list[ScriptCall], deadline: Deadline) -> list[Any]:
+    """``scripts.run_pipeline`` by ``deadline`` (all calls' keys on one server or Cluster node)."""
+    if deadline.at is None:
+        return scripts.run_pipeline(client, calls)
+    connections = connections_for(client, calls[0].keys[0])
+    for attempt in range(2):
+        replies = exchange(connections, deadline, [scripts.fcall_args(call) for call in calls])
+        if any(_redirected(reply) for reply in replies):
+            return scripts.run_pipeline(client, calls)
+        if attempt == 0 and any(scripts.missing(reply) for reply in replies):
+            _load(connections, deadline)
+            continue
+        return replies
+    raise AssertionError("unreachable")
+
+
+def run(client: Any, call: ScriptCall, deadline: Deadline) -> Any:
+    """``scripts.run`` by ``deadline``."""
+    if deadline.at is None:
+        return scripts.run(client, call)
+    reply = run_pipeline(client, [call], deadline)[0]
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def run_confirmed(client: Any, call: ScriptCall, replicas: int, timeout_ms: int, deadline: Deadline) -> Any:
+    """``scripts.run_confirmed`` (the script, then ``WAIT`` on its connection) by ``deadline``."""
+    if deadline.at is None:
+        return scripts.run_confirmed(client, call, replicas, timeout_ms)
+    connections = connections_for(client, call.keys[0])
+    for _ in range(2):
+        commands = [scripts.fcall_args(call), ("WAIT", replicas, timeout_ms)]
+        outcome = scripts.confirmed(exchange(connections, deadline, commands))
+        if outcome is not None:
+            return outcome
+        _load(connections, deadline)
+    raise redis.exceptions.ResponseError(f"Function {scripts.function(call.script)!r} could not be loaded.")
+
+
+def run_each(client: Any, calls: list[ScriptCall], deadline: Deadline) -> list[Any]:
+    """Calls on keys of different slots (partitions), by ``deadline``: one pipeline per server, or per call."""
+    if deadline.at is None or isinstance(client, RedisCluster):
+        return [_value(lambda call=call: run(client, call, deadline)) for call in calls]
+    return run_pipeline(client, calls, deadline)
+
+
+def _value(call: Any) -> Any:
+    try:
+        return call()
+    except redis.exceptions.ResponseError as error:
+        return error
+
+
+async def by(deadline: Deadline, work: Coroutine[Any, Any, T]) -> T:
+    """Await ``work``, cancelled at ``deadline``: redis-py's ``TimeoutError`` then, as for a sync call.
+
+    The asyncio client's connections are the task's, so cancelling it bounds
+    connecting and reading alike; the driver's clean-up, seeing the deadline
+    passed, leaves what the call may hold to the background (core/drivers.py).
+    """
+    if deadline.at is None:
+        return await work
+    try:
+        if sys.version_info >= (3, 11):
+            async with asyncio.timeout(max(deadline.left(), 0.0)):
+                return await work
+        return await asyncio.wait_for(work, max(deadline.left(), 0.0))
+    except asyncio.TimeoutError:
+        raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.") from None
+
+
+def budget(client: Any, wait: float) -> Deadline:
+    """An acquire's deadline: its wait (and a little for leaving the line), else one socket timeout."""
+    if wait > 0:
+        return Deadline.after(wait + LEAVING)
+    return Deadline.after(socket_timeout(client))
+
+
+# What an acquire that waited may still take after its wait ends: leaving the line, a grant that raced it.
+LEAVING = 0.2
