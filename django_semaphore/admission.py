@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from asgiref.sync import sync_to_async
 import redis.exceptions
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
 from . import failure, outcomes
