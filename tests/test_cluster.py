@@ -28,7 +28,7 @@ from .test_async import *  # noqa: F403 - re-run on the cluster
 from .test_core import *  # noqa: F403 - re-run on the cluster
 
 # Tests that are about one standalone server, not about the semaphore.
-STANDALONE_ONLY = {"test_scripts_survive_function_flush", "test_scripts_survive_a_server_restart"}
+STANDALONE_ONLY = {"test_scripts_survive_a_flush", "test_scripts_survive_a_server_restart"}
 
 
 @pytest.fixture(scope="module")

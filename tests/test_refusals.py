@@ -122,7 +122,7 @@ def test_lua_errors_and_wrong_commands_are_bugs(admin_client: redis.Redis) -> No
         lambda: admin_client.eval("local x = nil; return x + 1", 0),
         lambda: admin_client.eval("return redis.call('zadd', KEYS[1])", 1, "z"),
         lambda: admin_client.execute_command("HSET", "h"),
-        lambda: admin_client.execute_command("NOSUCHCOMMAND"),
+        lambda: admin_client.eval("error('django_semaphore: bad configuration argument x', 0)", 0),
     ]
     for call in wrong:
         with pytest.raises(redis.exceptions.ResponseError) as caught:
@@ -141,6 +141,20 @@ def test_lua_errors_and_wrong_commands_are_bugs(admin_client: redis.Redis) -> No
         "Command # 2 (EVAL x) of pipeline caused error: ('NOREPLICAS Not enough good replicas to write.',)",
         # Redis 7 / Valkey 8, a script touching a key whose slot moved mid-migration:
         "Script attempted to access a non local key in a cluster node script: ab12, on @user_script:12.",
+        # A server without the command (Redis 6 and FCALL; any server the engine sends one it lacks):
+        "unknown command `FCALL`, with args beginning with: `django_semaphore_ab12_acquire`, `7`, ",
+        "unknown command 'FCALL', with args beginning with: 'django_semaphore_ab12_acquire' '7'",
+        # An ACL denial inside a script: Redis 6.2, 7.0 (no NOPERM code) and 7.2+ / Valkey wordings:
+        "Error running script (call to f_ab12): @user_script:1: @user_script: 1: The user executing the script "
+        "can't run this command or subcommand",
+        "The user executing the script can't run this command or subcommand script: django_semaphore_ab12_acquire, "
+        "on @user_function:151.",
+        "The user executing the script can't access at least one of the keys mentioned in the command arguments "
+        "script: ab12, on @user_script:1.",
+        "ACL failure in script: User app has no permissions to run the 'time' command script: ab12, on @user_script:1.",
+        # Garnet started without --lua; Dragonfly and a key the script did not declare:
+        "ERR This instance has Lua scripting support disabled",
+        "Error running script (call to ab12): @user_script:2: script tried accessing undeclared key, key: k",
     ],
 )
 def test_refusals_are_found_inside_wrappings(message: str) -> None:
