@@ -138,7 +138,7 @@ def test_status_piped_into_head_stops_quietly_when_head_exits(held, arguments: l
 def test_a_redis_error_that_is_no_outage_is_one_line_too(redis_client) -> None:
     """A key another program overwrote (WRONGTYPE): still one line for the operator, not a traceback."""
     redis_client.set(get_semaphore("reports").keys.holders, "not a sorted set")
-    with pytest.raises(CommandError, match="^Redis answered an error .*WRONGTYPE"):
+    with pytest.raises(CommandError, match=r"^Redis answered an error .*WRONGTYPE"):
         run("semaphore_status", "reports")
 
 
