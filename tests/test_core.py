@@ -256,10 +256,11 @@ def test_all_keys_share_one_hash_tag() -> None:
     assert "evil" not in sem.keys.base
 
 
-def test_scripts_survive_a_flush(redis_server: RedisServer, redis_client: redis.Redis, way: modes.Way) -> None:
+def test_scripts_survive_a_flush(redis_server: RedisServer, way: modes.Way) -> None:
     """FUNCTION FLUSH or SCRIPT FLUSH (never run by this app: other applications' scripts live there)."""
-    flush = redis_client.function_flush if way.name == "functions" else redis_client.script_flush
-    with _pointed_at(way.url(redis_server.url)):
+    operator = redis.Redis.from_url(way.url(redis_server.url))
+    flush = operator.function_flush if way.name == "functions" else operator.script_flush
+    with operator, _pointed_at(way.url(redis_server.url)):
         sem = make(2)
         assert sem.acquire()
         flush()

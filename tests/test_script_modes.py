@@ -94,7 +94,7 @@ def test_a_user_who_may_call_but_not_load_functions_runs_with_evalsha_until_they
 ) -> None:
     if not modes.has_functions(admin):
         pytest.skip("this server has no Redis Functions")
-    modes.add_user(admin, "caller", "-function")
+    modes.add_user(admin, "caller", "function")
     point_at(settings, modes.user_url(own_server, "caller"))
     admin.function_flush()
     sem = get_semaphore("single")
@@ -146,7 +146,7 @@ def test_a_command_the_acl_denies_inside_the_script_follows_the_policy(
     """TIME, refused inside the script: Redis 7.0 says so without a NOPERM code, still a refusal."""
     if way == "functions" and not modes.has_functions(admin):
         pytest.skip("this server has no Redis Functions")
-    denied = ["-time"] + (["-fcall", "-function"] if way == "evalsha" else [])
+    denied = ["time", *(modes.FUNCTION_COMMANDS if way == "evalsha" else ())]
     modes.add_user(admin, "no-time", *denied)
     point_at(settings, modes.user_url(own_server, "no-time"))
     with pytest.raises(BackendUnavailable, match=r"(?i)time|permission|can't run"):
