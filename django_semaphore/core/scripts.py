@@ -87,7 +87,7 @@ def _operation_function(operation: str) -> str:
     return f"\nlocal function {operation}_operation(keys, args)\n  begin(keys, args)\n{_text(operation)}\nend\n"
 
 
-def _version() -> str:
+def app_version() -> str:
     from .. import __version__
 
     return __version__
@@ -99,7 +99,7 @@ def library() -> tuple[str, str]:
     prelude = _prelude()
     digest = hashlib.sha1((prelude + "".join(_text(name) for name in OPERATIONS)).encode()).hexdigest()
     name = LIBRARY_PREFIX + digest[:12]
-    parts = [f"#!lua name={name}\n-- django-semaphore {_version()}\n", prelude]
+    parts = [f"#!lua name={name}\n-- django-semaphore {app_version()}\n", prelude]
     for operation in OPERATIONS:
         parts.append(_operation_function(operation))
         parts.append(f"redis.register_function('{name}_{operation}', {operation}_operation)\n")
@@ -122,7 +122,7 @@ class Script:
 def script(operation: str) -> Script:
     """``operation`` as an EVALSHA script (the prelude's ``local KEYS, ARGV`` hide the globals: kept first)."""
     source = (
-        f"-- django-semaphore {_version()} {operation} ({library()[0]})\n"
+        f"-- django-semaphore {app_version()} {operation} ({library()[0]})\n"
         "local SCRIPT_KEYS, SCRIPT_ARGV = KEYS, ARGV\n"
         + _prelude()
         + _operation_function(operation)
@@ -138,6 +138,11 @@ def function(operation: str) -> str:
 
 def heartbeat_key(library_name: str) -> str:
     return HEARTBEAT_KEY + library_name
+
+
+def heartbeat() -> tuple[Any, ...]:
+    """The command that marks this version's library as used by a running process, for HEARTBEAT_TTL."""
+    return ("SET", heartbeat_key(library()[0]), app_version(), "PX", int(HEARTBEAT_TTL * 1000))
 
 
 # -- what a reply says about the way it was sent ------------------------------
@@ -347,7 +352,7 @@ def _heartbeat_due(state: _ServerState) -> list[tuple[Any, ...]]:
     if now - state.beat_at < HEARTBEAT_EVERY:
         return []
     state.beat_at = now
-    return [("SET", heartbeat_key(library()[0]), _version(), "PX", int(HEARTBEAT_TTL * 1000))]
+    return [heartbeat()]
 
 
 def _prune(client: Any) -> Exchange:
@@ -360,7 +365,7 @@ def _prune(client: Any) -> Exchange:
     own = library()[0]
     state = _state(client)
     state.beat_at = time.monotonic()
-    yield _Batch([("SET", heartbeat_key(own), _version(), "PX", int(HEARTBEAT_TTL * 1000))])
+    yield _Batch([heartbeat()])
     listed = yield _Method("function_list", (), {"library": LIBRARY_PREFIX + "*"})
     if isinstance(listed, BaseException):
         return
@@ -374,28 +379,24 @@ def _prune(client: Any) -> Exchange:
 
 
 def library_names(listed: Any) -> set[str]:
-    """The library names in a ``FUNCTION LIST`` reply (a Cluster client answers one per master)."""
-    replies = listed.values() if isinstance(listed, dict) and not _is_library(listed) else [listed]
-    names: set[str] = set()
-    for reply in replies:
-        for entry in reply or []:
-            fields = _fields(entry)
-            name = fields.get("library_name")
-            if name is not None:
-                names.add(name)
-    return names
+    """The library names in a ``FUNCTION LIST`` reply."""
+    names = {entry_fields(entry).get("library_name") for reply in per_master(listed) for entry in reply or []}
+    return {name for name in names if isinstance(name, str)}
 
 
-def _is_library(value: dict[Any, Any]) -> bool:
-    return any(_str(key) == "library_name" for key in value)
+def per_master(listed: Any) -> list[Any]:
+    """A ``FUNCTION LIST`` reply, one per master (a Cluster client answers a dict of them, by node)."""
+    if isinstance(listed, dict) and not any(_str(key) == "library_name" for key in listed):
+        return list(listed.values())
+    return [listed]
 
 
-def _fields(entry: Any) -> dict[str, Any]:
+def entry_fields(entry: Any) -> dict[str, Any]:
     """A FUNCTION LIST entry (RESP2: a flat list of names and values; RESP3: a map) as a dict."""
     pairs: Iterable[tuple[Any, Any]] = (
         entry.items() if isinstance(entry, dict) else zip(entry[::2], entry[1::2], strict=False)
     )
-    return {_str(key): (_str(value) if isinstance(value, bytes) else value) for key, value in pairs}
+    return {_str(key): _str(value) for key, value in pairs}
 
 
 def _str(value: Any) -> Any:
