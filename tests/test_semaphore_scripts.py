@@ -131,5 +131,5 @@ def test_load_on_a_server_without_functions_puts_the_scripts_in_the_cache(settin
 def test_an_account_that_may_load_nothing_is_told_so_in_one_line(own_server: RedisServer) -> None:
     with redis.Redis.from_url(own_server.url) as admin:
         modes.add_user(admin, "reader", "function", "script", "eval", "evalsha")
-    with pytest.raises(CommandError, match="^Redis refused the command: NOPERM"):
+    with pytest.raises(CommandError, match=r"^Redis refused the command: NOPERM"):
         run("--load", "--connection", modes.user_url(own_server, "reader"))
