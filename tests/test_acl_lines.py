@@ -34,7 +34,7 @@ LUA = ROOT / "django_semaphore" / "core" / "lua"
 PAGE = ROOT / "docs" / "servers.md"
 LINES = [
     line
-    for block in re.findall(r"^```redis\n(.*?)^```", PAGE.read_text(), re.S | re.M)
+    for block in re.findall(r"^```text\n(.*?)^```", PAGE.read_text(), re.S | re.M)
     for line in block.splitlines()
     if line.startswith("ACL SETUSER")
 ]
