@@ -10,12 +10,8 @@ command Redis rejects as wrong) still surfaces as the error it is.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from io import StringIO
-from pathlib import Path
 
 import pytest
 import redis
@@ -29,10 +25,9 @@ from django_semaphore.core import errors
 from django_semaphore.testing import RedisServer
 
 from .conftest import OWN_SERVER_TIMEOUTS
-from .support import refusals
+from .support import refusals, shell
 from .support.guards import MIDDLEWARE, declare
 
-ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = "admin:django_semaphore_semaphoredashboard_"
 ERROR_OUTCOME = {"allow": "error_allowed", "deny": "error_denied"}
 
@@ -241,16 +236,8 @@ def test_a_full_server_from_a_shell_is_one_line_and_status_1(
     own_server: RedisServer, admin_client: redis.Redis
 ) -> None:
     undo = refusals.fill_memory(admin_client)
-    env = {**os.environ, "REDIS_URL": own_server.url, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "django", "semaphore_status", "--json"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = shell.status_json(own_server.url)
     finally:
         undo()
     assert done.returncode == 1, done.stdout

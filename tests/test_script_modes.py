@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -27,12 +23,10 @@ from django_semaphore.core import scripts
 from django_semaphore.testing import RedisServer, find_binary
 
 from .conftest import OWN_SERVER_TIMEOUTS
-from .support import modes
+from .support import modes, shell
 from .support.guards import declare
 
 pytestmark = pytest.mark.processes  # every test starts servers of its own
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def point_at(settings, url: str) -> None:
@@ -172,15 +166,7 @@ def test_a_server_that_refuses_every_script_follows_the_policy(settings, client:
 
 
 def _status_command_says_one_line(url: str) -> None:
-    env = {**os.environ, "REDIS_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings"}
-    done = subprocess.run(
-        [sys.executable, "-m", "django", "semaphore_status", "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = shell.status_json(url)
     assert done.returncode == 1, done.stdout
     assert done.stderr.startswith("CommandError: Redis refused the command"), done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
