@@ -18,8 +18,9 @@ import pytest
 import redis
 from django.test import Client
 
-from django_semaphore import BackendUnavailable, get_semaphore
+from django_semaphore import BackendUnavailable, Semaphore, get_semaphore
 from django_semaphore.core import scripts
+from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.testing import RedisServer, find_binary
 
 from .conftest import OWN_SERVER_TIMEOUTS
@@ -49,6 +50,10 @@ def exercise() -> None:
     assert first.release() is True
     keyed = get_semaphore("search", key="alice").acquire(auto_renew=False)  # admits a partition too
     assert keyed is not None and keyed.release() is True
+    confirmed = Semaphore(SemaphoreConfig.from_options("confirmed", {"limit": 1, "replicas": 1}))
+    with pytest.raises(BackendUnavailable, match="replica"):  # the script and WAIT in one pipeline; no replica
+        confirmed.acquire(auto_renew=False)
+    assert confirmed.status().used == 0  # given back at once
 
     async def asynchronously() -> None:
         permit = await sem.aacquire(auto_renew=False)

@@ -1,6 +1,9 @@
 -- The start of the library (scripts.py builds it: this file, then each operation's file as the body
 -- of a function registered under the library's versioned name). Loaded once with FUNCTION LOAD, it
--- defines its helpers once, not on every call, and every operation stays one FCALL.
+-- defines its helpers once, not on every call, and every operation stays one FCALL. Where the server
+-- has no Functions, each operation is a script of its own (this file, adaptive.lua, the operation)
+-- run with EVALSHA, which defines the helpers on every call: what a table below keeps between
+-- calls (parsed configurations, clock texts) is only ever a cache.
 --
 -- THE ARGUMENT CONTRACT (the same for every script)
 --   KEYS[1] holders  ZSET  holder token -> lease deadline (ms, server clock)
