@@ -95,6 +95,7 @@ def test_a_script_reaching_a_key_of_another_node_is_an_outage(cluster: ServerClu
     assert "non local key" in str(caught.value) and errors.is_outage(caught.value)
 
 
+@pytest.mark.processes
 def test_semaphore_scripts_loads_lists_and_cleans_on_every_master(cluster: ServerCluster) -> None:
     from io import StringIO
 

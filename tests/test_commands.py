@@ -109,6 +109,7 @@ def test_status_interval_from_a_shell_is_one_line_not_a_traceback(interval: str)
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("arguments", [["--interval", "0.1"], ["--interval", "0.1", "--json"]], ids=["table", "json"])
 def test_status_piped_into_head_stops_quietly_when_head_exits(held, arguments: list[str]) -> None:
     """``semaphore_status --interval 1 | head``: once head has its lines and exits, no BrokenPipeError."""
