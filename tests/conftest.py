@@ -18,6 +18,8 @@ from django.conf import settings
 from django_semaphore.core.outages import outage_log
 from django_semaphore.testing import RedisServer, ServerNotFound, find_binary
 
+from .support import modes
+
 # Short timeouts for servers a test stops or pauses, so outages show quickly.
 OWN_SERVER_SOCKET_TIMEOUT = 0.5
 OWN_SERVER_TIMEOUTS = f"socket_timeout={OWN_SERVER_SOCKET_TIMEOUT}&socket_connect_timeout={OWN_SERVER_SOCKET_TIMEOUT}"
@@ -68,7 +70,7 @@ def own_server(settings) -> Iterator[RedisServer]:
         binary = find_binary()
     except ServerNotFound:
         pytest.skip("no server binary to start and stop")
-    server = RedisServer(binary).start()
+    server = RedisServer(binary, extra_args=modes.server_args(binary)).start()
     settings.SEMAPHORE_CONNECTION = f"{server.url}?{OWN_SERVER_TIMEOUTS}"
     try:
         yield server
@@ -84,6 +86,21 @@ def own_server_client(own_server: RedisServer) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture(params=modes.WAYS)
+def way(request: pytest.FixtureRequest, redis_client: redis.Redis) -> modes.Way:
+    """Each way the engine runs its Lua: a Functions library, or scripts with EVALSHA.
+
+    The session's server gets both ways' users here; a server a test starts
+    itself gets them with ``modes.server_args`` (``own_server`` does). The
+    test points the app at ``way.url(...)``.
+    """
+    way = modes.Way(request.param)
+    if not way.usable_on(redis_client):
+        pytest.skip("this server has no Redis Functions")
+    modes.add_users(redis_client)
+    return way
 
 
 def pytest_report_header(config: pytest.Config) -> str:

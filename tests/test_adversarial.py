@@ -41,13 +41,8 @@ def make(name: str, limit: int, **options: object) -> Semaphore:
 def join_line(sem: Semaphore, count: int, **options: object) -> None:
     """`count` waiters join the line exactly as a waiter's acquire does (pipelined, for speed)."""
     client = redis.Redis.from_url(os.environ["REDIS_URL"])  # no socket timeout: the join is slow
-    scripts.load(client)
-    pipe = client.pipeline(transaction=False)
-    for _ in range(count):
-        request = sem._request(**options)  # type: ignore[arg-type]
-        call = request.acquire_call(0)
-        pipe.fcall(scripts.function("acquire"), len(call.keys), *call.keys, *call.args)
-    for reply in pipe.execute():
+    calls = [sem._request(**options).acquire_call(0) for _ in range(count)]  # type: ignore[arg-type]
+    for reply in scripts.run_pipeline(client, calls):
         assert AcquireReply.parse(reply, 0.0).position >= 1
 
 
@@ -246,13 +241,13 @@ def wait_in_line_then_record(prefix: str, url: str, waiter_ttl: float) -> None:
 
 @pytest.mark.processes
 def test_a_server_stall_longer_than_the_waiter_ttl_keeps_the_line_in_order(
-    own_server, redis_client: redis.Redis, key_prefix: str, settings
+    own_server, redis_client: redis.Redis, key_prefix: str, settings, way
 ) -> None:
     """The waiters' heartbeats were sent on time; the server ran none of them for 1.5 s (a fork,
     a disk stall). The first script after the stall finds every waiter's heartbeat stale and
     takes them out of the line, so a request that arrived during the stall, long after them,
     gets the permit first."""
-    url = f"{own_server.url}?socket_timeout=5&socket_connect_timeout=5"
+    url = f"{way.url(own_server.url)}?socket_timeout=5&socket_connect_timeout=5"
     settings.SEMAPHORE_CONNECTION = url
     settings.SEMAPHORE_WAITER_TTL = 0.5
     sem = make("stalled-server", 1, lease=30)
@@ -284,6 +279,8 @@ def test_a_server_stall_longer_than_the_waiter_ttl_keeps_the_line_in_order(
         waiter.join(5)
     order = [item.decode() for item in redis_client.lrange(key_prefix + "order", 0, -1)]
     assert order == ["first-waiter", "newcomer"], order
+    with redis.Redis.from_url(own_server.url) as admin:
+        assert way.ran_only_this_way(admin)
 
 
 # -- 6. A grant made after the wait deadline is returned (the "not after" bound ignores `wait`) -------

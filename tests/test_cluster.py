@@ -28,7 +28,7 @@ from .test_async import *  # noqa: F403 - re-run on the cluster
 from .test_core import *  # noqa: F403 - re-run on the cluster
 
 # Tests that are about one standalone server, not about the semaphore.
-STANDALONE_ONLY = {"test_scripts_survive_function_flush", "test_scripts_survive_a_server_restart"}
+STANDALONE_ONLY = {"test_scripts_survive_a_flush", "test_scripts_survive_a_server_restart"}
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +93,32 @@ def test_a_script_reaching_a_key_of_another_node_is_an_outage(cluster: ServerClu
     finally:
         client.close()
     assert "non local key" in str(caught.value) and errors.is_outage(caught.value)
+
+
+@pytest.mark.processes
+def test_semaphore_scripts_loads_lists_and_cleans_on_every_master(cluster: ServerCluster) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from django_semaphore.core import scripts
+
+    from .test_semaphore_scripts import old_library
+
+    def run(*args: str) -> str:
+        out = StringIO()
+        call_command("semaphore_scripts", *args, stdout=out)
+        return out.getvalue()
+
+    client = cluster.client()
+    try:
+        unused = old_library(client, "ba9876543210", "0.1.3", in_use=False)
+        run("--load")
+        listed = {line.split()[0]: line.split() for line in run().splitlines() if line.startswith("django_semaphore_")}
+        assert listed[scripts.library()[0]][2] == "3" and listed[unused][2] == "3"  # MASTERS
+        assert f"Deleted {unused}" in run("--clean", "--noinput")
+        for node in cluster.nodes:
+            with redis.Redis(host="127.0.0.1", port=node.port) as master:
+                assert scripts.library_names(master.function_list()) == {scripts.library()[0]}
+    finally:
+        client.close()

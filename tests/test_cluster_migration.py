@@ -22,8 +22,9 @@ from redis.crc import key_slot
 
 from django_semaphore import Semaphore
 from django_semaphore.core.conf import SemaphoreConfig
+from django_semaphore.testing import find_binary
 
-from .support import workers
+from .support import modes, workers
 from .support.polling import eventually
 from .support.servers import (
     ServerCluster,
@@ -43,13 +44,19 @@ PROCESSES = 6
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ServerCluster]:
-    with ServerCluster() as servers:
+    with ServerCluster(extra_args=modes.server_args(find_binary())) as servers:
         yield servers
 
 
+@pytest.fixture
+def credentials(way: modes.Way) -> dict[str, str]:
+    """The cluster's user for ``way`` (every node has both)."""
+    return {"username": way.user, "password": modes.PASSWORD}
+
+
 @pytest.fixture(autouse=True)
-def on_the_cluster(cluster: ServerCluster, settings) -> Iterator[None]:
-    with pointed_at(cluster, settings):
+def on_the_cluster(cluster: ServerCluster, settings, credentials: dict[str, str]) -> Iterator[None]:
+    with pointed_at(cluster, settings, **credentials):
         yield
 
 
@@ -62,12 +69,25 @@ def _name_in_slot(prefix: str, slot: int) -> str:
     raise LookupError(slot)
 
 
-def _load(prefix: str, cluster: ServerCluster, name: str, limit: int, seconds: float) -> list:
+def _load(
+    prefix: str, cluster: ServerCluster, name: str, limit: int, seconds: float, credentials: dict[str, str]
+) -> list:
     port = cluster.nodes[0].port
     return [
-        spawn.Process(target=workers.contend_on_cluster, args=(prefix, port, name, limit, seconds, seed))
+        spawn.Process(target=workers.contend_on_cluster, args=(prefix, port, name, limit, seconds, seed, credentials))
         for seed in range(PROCESSES)
     ]
+
+
+def _runs(way: modes.Way, cluster: ServerCluster) -> tuple[int, int]:
+    """Operations run ``way``, and the other way, on all masters together (a test compares before and after)."""
+    other = modes.Way("evalsha" if way.name == "functions" else "functions")
+    totals = [0, 0]
+    for node in cluster.nodes:
+        with redis.Redis(host="127.0.0.1", port=node.port) as admin:
+            totals[0] += way.runs(admin)
+            totals[1] += other.runs(admin)
+    return totals[0], totals[1]
 
 
 def _run(processes: list, during: Callable[[], None]) -> None:
@@ -112,7 +132,12 @@ def _assert_consistent_and_usable(sem: Semaphore, redis_client: redis.Redis, pre
 
 @pytest.mark.parametrize("limit", [1, 3], ids=["mutex", "weighted"])
 def test_a_slot_marked_migrating_under_load_neither_overfills_nor_jams(
-    cluster: ServerCluster, key_prefix: str, redis_client: redis.Redis, limit: int
+    cluster: ServerCluster,
+    key_prefix: str,
+    redis_client: redis.Redis,
+    limit: int,
+    way: modes.Way,
+    credentials: dict[str, str],
 ) -> None:
     source = cluster.nodes[1]
     target = cluster.nodes[2]
@@ -128,12 +153,14 @@ def test_a_slot_marked_migrating_under_load_neither_overfills_nor_jams(
                 time.sleep(0.7)
             time.sleep(0.3)
 
-    _run(_load(key_prefix, cluster, name, limit, 5.0), migrating_for_a_while)
+    this_way, other_way = _runs(way, cluster)
+    _run(_load(key_prefix, cluster, name, limit, 5.0, credentials), migrating_for_a_while)
     _assert_consistent_and_usable(sem, redis_client, key_prefix, limit)
+    assert _runs(way, cluster)[0] > this_way and _runs(way, cluster)[1] == other_way
 
 
 def test_a_live_reshard_under_load_neither_overfills_nor_jams(
-    cluster: ServerCluster, key_prefix: str, redis_client: redis.Redis
+    cluster: ServerCluster, key_prefix: str, redis_client: redis.Redis, credentials: dict[str, str]
 ) -> None:
     cli = cluster_cli(cluster)
     if cli is None:
@@ -176,5 +203,5 @@ def test_a_live_reshard_under_load_neither_overfills_nor_jams(
         assert slot_owner(cluster, slot) is target
         reshard(target_id, source_id)  # and back, so the module's other tests see the cluster as it was
 
-    _run(_load(key_prefix, cluster, name, 2, 5.0), reshard_back_and_forth)
+    _run(_load(key_prefix, cluster, name, 2, 5.0, credentials), reshard_back_and_forth)
     _assert_consistent_and_usable(sem, redis_client, key_prefix, 2)

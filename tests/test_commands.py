@@ -109,6 +109,40 @@ def test_status_interval_from_a_shell_is_one_line_not_a_traceback(interval: str)
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.processes
+@pytest.mark.parametrize("arguments", [["--interval", "0.1"], ["--interval", "0.1", "--json"]], ids=["table", "json"])
+def test_status_piped_into_head_stops_quietly_when_head_exits(held, arguments: list[str]) -> None:
+    """``semaphore_status --interval 1 | head``: once head has its lines and exits, no BrokenPipeError."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "django", "semaphore_status", *arguments],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as command:
+        try:
+            assert command.stdout is not None and command.stdout.readline()  # each refresh reaches the pipe
+            command.stdout.close()  # what head does once it has printed its lines
+            command.wait(timeout=30)
+        finally:
+            if command.poll() is None:  # only the process this test started, by its pid
+                command.kill()
+                command.wait()
+        assert command.stderr is not None
+        error = command.stderr.read()
+    assert "Traceback" not in error and "BrokenPipeError" not in error, error
+    assert command.returncode == 0
+
+
+def test_a_redis_error_that_is_no_outage_is_one_line_too(redis_client) -> None:
+    """A key another program overwrote (WRONGTYPE): still one line for the operator, not a traceback."""
+    redis_client.set(get_semaphore("reports").keys.holders, "not a sorted set")
+    with pytest.raises(CommandError, match=r"^Redis answered an error .*WRONGTYPE"):
+        run("semaphore_status", "reports")
+
+
 def test_unknown_name_lists_the_known_ones() -> None:
     with pytest.raises(CommandError, match=r"Unknown semaphore 'nope'.*reports, search, single, weighted"):
         run("semaphore_status", "nope")

@@ -9,9 +9,12 @@ import pytest
 import redis
 
 from django_semaphore import Semaphore
+from django_semaphore.core import scripts
 from django_semaphore.core.conf import SemaphoreConfig
+from django_semaphore.core.connection import get_client
+from django_semaphore.testing import RedisServer
 
-from .support import workers
+from .support import modes, workers
 from .support.polling import wait_until
 
 pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
@@ -36,23 +39,38 @@ def _counts(client: redis.Redis, prefix: str) -> tuple[int, int]:
     return int(client.get(prefix + "entries") or 0), int(client.get(prefix + "over") or 0)
 
 
+@pytest.fixture
+def app_way(way: modes.Way, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, settings) -> modes.Way:
+    """The app, here and in the processes the test spawns (they read REDIS_URL), runs its Lua ``way``."""
+    url = way.url(redis_server.url)
+    monkeypatch.setenv("REDIS_URL", url)
+    settings.SEMAPHORE_CONNECTION = url
+    return way
+
+
 @pytest.mark.parametrize("skewed", [False, True], ids=["same-clock", "half-skewed-1h"])
-def test_never_over_the_limit_under_contention(key_prefix: str, redis_client: redis.Redis, skewed: bool) -> None:
+def test_never_over_the_limit_under_contention(
+    key_prefix: str, redis_client: redis.Redis, skewed: bool, app_way: modes.Way
+) -> None:
     skews = [0.0] * 8 if not skewed else [3600.0, -3600.0, 3600.0, -3600.0, 0.0, 0.0, 0.0, 0.0]
     processes = [
         spawn.Process(target=workers.hammer, args=(key_prefix, 3, 3.0, skew, seed)) for seed, skew in enumerate(skews)
     ]
+    ran_before = app_way.runs(redis_client)
     _run(processes)
     entries, over = _counts(redis_client, key_prefix)
     assert all(p.exitcode == 0 for p in processes)
     assert entries > 100, "the processes barely ran"
     assert over == 0
+    assert app_way.runs(redis_client) - ran_before > entries  # every acquire and release ran this way
     sem = Semaphore(SemaphoreConfig.from_options("contended", {"limit": 3}))
     status = sem.status()
     assert status.used == 0 and status.holder_count == 0 and status.waiting == 0
 
 
-def test_killed_holder_permit_is_reclaimed_after_its_lease(key_prefix: str, redis_client: redis.Redis) -> None:
+def test_killed_holder_permit_is_reclaimed_after_its_lease(
+    key_prefix: str, redis_client: redis.Redis, app_way: modes.Way
+) -> None:
     sem = Semaphore(SemaphoreConfig.from_options("crashy", {"limit": 1, "lease": 1}))
     holder = spawn.Process(target=workers.hold_forever, args=(key_prefix, "crashy", 1, 1.0, 0))
     try:
@@ -66,6 +84,7 @@ def test_killed_holder_permit_is_reclaimed_after_its_lease(key_prefix: str, redi
         assert permit is not None
         assert sem.status().counters["expired"] == 1
         permit.release()
+        assert scripts.mode_of(get_client()) == app_way.name
     finally:
         if holder.is_alive():
             holder.kill()

@@ -15,10 +15,12 @@ from django_semaphore import (
     WeightAboveLimit,
     get_semaphore,
 )
-from django_semaphore.core import backend
+from django_semaphore.core import backend, scripts
 from django_semaphore.core.conf import SemaphoreConfig
+from django_semaphore.core.connection import get_client
 from django_semaphore.testing import RedisServer, find_binary
 
+from .support import modes
 from .support.polling import wait_until
 from .support.raw import release_token, renew_token
 
@@ -254,19 +256,25 @@ def test_all_keys_share_one_hash_tag() -> None:
     assert "evil" not in sem.keys.base
 
 
-def test_scripts_survive_function_flush(redis_client: redis.Redis) -> None:
-    sem = make(2)
-    assert sem.acquire()
-    redis_client.function_flush()
-    permit = sem.acquire()
-    assert permit is not None
-    redis_client.function_flush()
-    assert permit.release() is True
+def test_scripts_survive_a_flush(redis_server: RedisServer, way: modes.Way) -> None:
+    """FUNCTION FLUSH or SCRIPT FLUSH (never run by this app: other applications' scripts live there)."""
+    operator = redis.Redis.from_url(way.url(redis_server.url))
+    flush = operator.function_flush if way.name == "functions" else operator.script_flush
+    with operator, _pointed_at(way.url(redis_server.url)):
+        sem = make(2)
+        assert sem.acquire()
+        flush()
+        permit = sem.acquire()
+        assert permit is not None
+        flush()
+        assert permit.release() is True
+        assert scripts.mode_of(get_client()) == way.name
 
 
 @pytest.mark.processes
-def test_scripts_survive_a_server_restart() -> None:
-    with RedisServer(find_binary()) as server, _pointed_at(server.url):
+def test_scripts_survive_a_server_restart(way: modes.Way) -> None:
+    binary = find_binary()
+    with RedisServer(binary, extra_args=modes.server_args(binary)) as server, _pointed_at(way.url(server.url)):
         sem = make(2)
         assert sem.acquire()
         server.restart()

@@ -20,6 +20,7 @@ from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.results import SemaphoreStatus
 from django_semaphore.testing import RedisServer, find_binary
 
+from .support import modes
 from .support.load import Load
 from .support.polling import eventually
 
@@ -35,15 +36,20 @@ def make(name: str, limit: int, **options: object) -> Semaphore:
 
 
 @contextmanager
-def own_server(*extra_args: str) -> Iterator[RedisServer]:
-    with RedisServer(find_binary(), extra_args=list(extra_args)) as server:
-        url = f"redis://127.0.0.1:{server.port}/0?{TIMEOUTS}"
+def own_server(*extra_args: str, way: modes.Way | None = None) -> Iterator[RedisServer]:
+    """A server of the test's own, the app pointed at it (as ``way``'s user, when given)."""
+    binary = find_binary()
+    with RedisServer(binary, extra_args=[*modes.server_args(binary), *extra_args]) as server:
+        url = f"{way.url(server.url) if way else server.url}?{TIMEOUTS}"
         with override_settings(SEMAPHORE_CONNECTION=url):
             yield server
+        if way is not None:
+            with redis.Redis.from_url(server.url) as admin:
+                assert way.ran_only_this_way(admin)
 
 
-def test_sigkill_and_restart_mid_load_without_persistence() -> None:
-    with own_server() as server:
+def test_sigkill_and_restart_mid_load_without_persistence(way: modes.Way) -> None:
+    with own_server(way=way) as server:
         sem = make("crash", 2, lease=30)
         held = sem.acquire(auto_renew=False)
         assert held is not None
@@ -84,17 +90,17 @@ def test_aof_restart_keeps_holders_whose_leases_still_expire() -> None:
         permit.release()
 
 
-def test_functions_are_reloaded_after_a_restart_that_lost_them() -> None:
-    with own_server() as server:
+def test_scripts_are_reloaded_after_a_restart_that_lost_them(way: modes.Way) -> None:
+    with own_server(way=way) as server:
         sem = make("noscript", 1)
         assert sem.acquire(auto_renew=False)
-        server.restart()  # a new process without persistence: no functions, FCALL meets "not found"
+        server.restart()  # a new process without persistence: FCALL meets "not found", EVALSHA NOSCRIPT
         eventually(lambda: sem.status())
         assert sem.acquire(auto_renew=False) is not None
 
 
-def test_client_kill_under_load_neither_double_counts_nor_leaks() -> None:
-    with own_server() as server:
+def test_client_kill_under_load_neither_double_counts_nor_leaks(way: modes.Way) -> None:
+    with own_server(way=way) as server:
         sem = make("killed", 2, lease=1)
         admin = redis.Redis(host="127.0.0.1", port=server.port)
         kills = 0
@@ -117,8 +123,8 @@ def _idle(status: SemaphoreStatus) -> bool:
     return status.used == 0 and status.holder_count == 0 and status.waiting == 0
 
 
-def test_pause_longer_than_the_socket_timeout_answers_unavailable_in_time() -> None:
-    with own_server() as server:
+def test_pause_longer_than_the_socket_timeout_answers_unavailable_in_time(way: modes.Way) -> None:
+    with own_server(way=way) as server:
         sem = make("paused", 1)
         admin = redis.Redis(host="127.0.0.1", port=server.port)
         sem.status()  # connect before the pause

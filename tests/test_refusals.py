@@ -10,12 +10,8 @@ command Redis rejects as wrong) still surfaces as the error it is.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from io import StringIO
-from pathlib import Path
 
 import pytest
 import redis
@@ -29,10 +25,9 @@ from django_semaphore.core import errors
 from django_semaphore.testing import RedisServer
 
 from .conftest import OWN_SERVER_TIMEOUTS
-from .support import refusals
+from .support import refusals, shell
 from .support.guards import MIDDLEWARE, declare
 
-ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = "admin:django_semaphore_semaphoredashboard_"
 ERROR_OUTCOME = {"allow": "error_allowed", "deny": "error_denied"}
 
@@ -118,7 +113,7 @@ def test_lua_errors_and_wrong_commands_are_bugs(admin_client: redis.Redis) -> No
         lambda: admin_client.eval("local x = nil; return x + 1", 0),
         lambda: admin_client.eval("return redis.call('zadd', KEYS[1])", 1, "z"),
         lambda: admin_client.execute_command("HSET", "h"),
-        lambda: admin_client.execute_command("NOSUCHCOMMAND"),
+        lambda: admin_client.eval("error('django_semaphore: bad configuration argument x', 0)", 0),
     ]
     for call in wrong:
         with pytest.raises(redis.exceptions.ResponseError) as caught:
@@ -137,6 +132,20 @@ def test_lua_errors_and_wrong_commands_are_bugs(admin_client: redis.Redis) -> No
         "Command # 2 (EVAL x) of pipeline caused error: ('NOREPLICAS Not enough good replicas to write.',)",
         # Redis 7 / Valkey 8, a script touching a key whose slot moved mid-migration:
         "Script attempted to access a non local key in a cluster node script: ab12, on @user_script:12.",
+        # A server without the command (Redis 6 and FCALL; any server the engine sends one it lacks):
+        "unknown command `FCALL`, with args beginning with: `django_semaphore_ab12_acquire`, `7`, ",
+        "unknown command 'FCALL', with args beginning with: 'django_semaphore_ab12_acquire' '7'",
+        # An ACL denial inside a script: Redis 6.2, 7.0 (no NOPERM code) and 7.2+ / Valkey wordings:
+        "Error running script (call to f_ab12): @user_script:1: @user_script: 1: The user executing the script "
+        "can't run this command or subcommand",
+        "The user executing the script can't run this command or subcommand script: django_semaphore_ab12_acquire, "
+        "on @user_function:151.",
+        "The user executing the script can't access at least one of the keys mentioned in the command arguments "
+        "script: ab12, on @user_script:1.",
+        "ACL failure in script: User app has no permissions to run the 'time' command script: ab12, on @user_script:1.",
+        # Garnet started without --lua; Dragonfly and a key the script did not declare:
+        "ERR This instance has Lua scripting support disabled",
+        "Error running script (call to ab12): @user_script:2: script tried accessing undeclared key, key: k",
     ],
 )
 def test_refusals_are_found_inside_wrappings(message: str) -> None:
@@ -223,16 +232,8 @@ def test_a_full_server_from_a_shell_is_one_line_and_status_1(
     own_server: RedisServer, admin_client: redis.Redis
 ) -> None:
     undo = refusals.fill_memory(admin_client)
-    env = {**os.environ, "REDIS_URL": own_server.url, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "django", "semaphore_status", "--json"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = shell.status_json(own_server.url)
     finally:
         undo()
     assert done.returncode == 1, done.stdout

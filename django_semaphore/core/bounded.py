@@ -175,11 +175,26 @@ def exchange(connections: Connections, deadline: Deadline, commands: list[tuple[
     return replies
 
 
-def _load(connections: Connections, deadline: Deadline) -> None:
-    """Load the library (a server that lost it); a refusal (OOM, NOPERM) raises, as an outage."""
-    reply = exchange(connections, deadline, [scripts.load_args()])[0]
-    if isinstance(reply, Exception):
-        raise reply
+def _perform(client: Any, connections: Connections, deadline: Deadline, step: scripts.Step) -> Any:
+    """One step of a script exchange on these connections, by ``deadline``.
+
+    Loading the library (a server that lost it) goes on the same connection;
+    the rest of what a load may bring (removing versions nobody runs) is
+    housekeeping, left to the client.
+    """
+    if isinstance(step, scripts.Method):
+        if step.name != "function_load":
+            return scripts.perform(client, step)
+        (loaded,) = exchange(connections, deadline, [("FUNCTION", "LOAD", "REPLACE", *step.args)])
+        return loaded
+    return exchange(connections, deadline, step.commands)
+
+
+def _exchange(client: Any, calls: list[ScriptCall], extra: list[tuple[Any, ...]], deadline: Deadline) -> Any:
+    """``calls`` then ``extra`` in one round trip, the way the server takes them (core/scripts.py), by ``deadline``."""
+    connections = connections_for(client, calls[0].keys[0])
+    steps = scripts.exchange(client, calls, extra)
+    return scripts.drive(lambda step: _perform(client, connections, deadline, step), steps)
 
 
 def _redirected(reply: Any) -> bool:
@@ -187,43 +202,31 @@ def _redirected(reply: Any) -> bool:
 
 
 def run_pipeline(client: Any, calls: list[ScriptCall], deadline: Deadline) -> list[Any]:
-    """``scripts.run_pipeline`` by ``deadline`` (all calls' keys on one server or Cluster node)."""
+    """``scripts.run_pipeline`` by ``deadline`` (all calls' keys on one server or Cluster node).
+
+    A slot that moved meanwhile (MOVED, ASK) is retried through the cluster client.
+    """
     if deadline.at is None:
         return scripts.run_pipeline(client, calls)
-    connections = connections_for(client, calls[0].keys[0])
-    for attempt in range(2):
-        replies = exchange(connections, deadline, [scripts.fcall_args(call) for call in calls])
-        if any(_redirected(reply) for reply in replies):
-            return scripts.run_pipeline(client, calls)
-        if attempt == 0 and any(scripts.missing(reply) for reply in replies):
-            _load(connections, deadline)
-            continue
-        return replies
-    raise AssertionError("unreachable")
+    replies, _ = _exchange(client, calls, [], deadline)
+    if any(_redirected(reply) for reply in replies):
+        return scripts.run_pipeline(client, calls)
+    return list(replies)
 
 
 def run(client: Any, call: ScriptCall, deadline: Deadline) -> Any:
     """``scripts.run`` by ``deadline``."""
-    if deadline.at is None:
-        return scripts.run(client, call)
-    reply = run_pipeline(client, [call], deadline)[0]
-    if isinstance(reply, Exception):
-        raise reply
-    return reply
+    return scripts.raised(run_pipeline(client, [call], deadline)[0])
 
 
 def run_confirmed(client: Any, call: ScriptCall, replicas: int, timeout_ms: int, deadline: Deadline) -> Any:
     """``scripts.run_confirmed`` (the script, then ``WAIT`` on its connection) by ``deadline``."""
     if deadline.at is None:
         return scripts.run_confirmed(client, call, replicas, timeout_ms)
-    connections = connections_for(client, call.keys[0])
-    for _ in range(2):
-        commands = [scripts.fcall_args(call), ("WAIT", replicas, timeout_ms)]
-        outcome = scripts.confirmed(exchange(connections, deadline, commands))
-        if outcome is not None:
-            return outcome
-        _load(connections, deadline)
-    raise redis.exceptions.ResponseError(f"Function {scripts.function(call.script)!r} could not be loaded.")
+    (reply,), (acked,) = _exchange(client, [call], [("WAIT", replicas, timeout_ms)], deadline)
+    if _redirected(reply):
+        return scripts.run_confirmed(client, call, replicas, timeout_ms)
+    return scripts.raised(reply), int(scripts.raised(acked))
 
 
 def run_each(client: Any, calls: list[ScriptCall], deadline: Deadline) -> list[Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +25,7 @@ from typing import Any
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.connection
 import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.sentinel
@@ -46,6 +48,14 @@ _SHARED_OPTIONS = (
     "client_name",
     "protocol",
     "path",
+)
+
+# TLS options: every one the asyncio SSL connection takes (redis-py's sync client has the same names;
+# OCSP checks, which only the sync one has, cannot be carried over).
+_TLS_OPTIONS = tuple(
+    name
+    for name in inspect.signature(redis.asyncio.connection.SSLConnection.__init__).parameters
+    if name.startswith("ssl_")
 )
 
 _url_clients: dict[str, redis.Redis] = {}
@@ -101,12 +111,13 @@ def _async_from_sync(client: Any) -> Any:
         )
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _SHARED_OPTIONS}
     kwargs["retry"] = _async_retry(pool.connection_kwargs.get("retry"))
+    if issubclass(pool.connection_class, redis.SSLConnection):  # a rediss:// cache, Sentinel's included
+        kwargs["ssl"] = True
+        kwargs.update((k, v) for k, v in pool.connection_kwargs.items() if k in _TLS_OPTIONS)
     if isinstance(pool, redis.sentinel.SentinelConnectionPool):
         return _async_sentinel_master(pool, kwargs)
     if "path" in kwargs:
         kwargs["unix_socket_path"] = kwargs.pop("path")
-    if issubclass(pool.connection_class, redis.SSLConnection):
-        kwargs["ssl"] = True
     return redis.asyncio.Redis(**kwargs)
 
 
@@ -131,7 +142,9 @@ def _async_sentinel_master(pool: redis.sentinel.SentinelConnectionPool, kwargs: 
     for sentinel in manager.sentinels:
         options = sentinel.connection_pool.connection_kwargs
         addresses.append((options["host"], options["port"]))
-    sentinel_kwargs = {k: v for k, v in manager.sentinel_kwargs.items() if k in _SHARED_OPTIONS}
+    sentinel_kwargs = {
+        k: v for k, v in manager.sentinel_kwargs.items() if k in _SHARED_OPTIONS or k in _TLS_OPTIONS or k == "ssl"
+    }
     kwargs.pop("host", None)
     kwargs.pop("port", None)
     return redis.asyncio.sentinel.Sentinel(addresses, sentinel_kwargs=sentinel_kwargs, **kwargs).master_for(

@@ -3,7 +3,9 @@
 A reply such as OOM, MISCONF, BUSY or NOREPLICAS says the server will not
 serve this command *right now*: every caller gets it, and it goes away once
 the operator fixes the server. That is what the failure policy is for, so
-these become ``BackendUnavailable`` just like a refused connection. A reply
+these become ``BackendUnavailable`` just like a refused connection, and so
+does a reply saying this server or user cannot run what the engine sends (an
+unknown command, an ACL denial inside a script, Lua switched off). A reply
 that says the command itself was wrong (WRONGTYPE, a wrong number of
 arguments, a Lua error inside a script) would fail the same way on a healthy
 server: turning it into the policy would hide a bug, so it surfaces.
@@ -53,9 +55,25 @@ REFUSAL_CODES = frozenset(
         "UNBLOCKED",  # a blocked read cut short by a role change
     }
 )
-# Refusals sent as plain ERR, known by their wording: a script's key whose
-# slot moved to another node mid-migration.
-REFUSAL_PHRASES = ("attempted to access a non local key",)
+# Refusals sent as plain ERR, known by their wording (lower case). The
+# server lacks a command the engine sends (Redis 6 has no FCALL; Garnet runs
+# no Lua unless told to), or does not let this user run one, or a key, inside
+# a script: Redis before 7.2 says so without the NOPERM code ("The user
+# executing the script can't run this command..."), later ones with "ACL
+# failure in script". Or a script's key whose slot moved to another node
+# mid-migration, or Dragonfly refusing a key the script did not declare.
+# Each would answer every call the same until the operator changes the
+# server, the ACL or the connection: what the failure policy is for.
+REFUSAL_PHRASES = (
+    "attempted to access a non local key",
+    "unknown command",
+    "unknown subcommand",
+    "user executing the script can't",
+    "acl failure in script",
+    "no permissions to",
+    "scripting support disabled",
+    "tried accessing undeclared key",
+)
 
 # The codes redis-py strips from the message of the classes it gives them.
 _STRIPPED_CODES: tuple[tuple[type[Exception], str], ...] = (
@@ -71,6 +89,8 @@ _STRIPPED_CODES: tuple[tuple[type[Exception], str], ...] = (
 # server's reply is what follows the note's last occurrence.
 _PIPELINE_NOTE = re.compile(r"^Command # \d+ \(.*\) of pipeline caused error: ", re.DOTALL)
 _WRAPPED_CODE = re.compile(r": -?([A-Z]{2,})\b")
+# "Error running script (call to f_ab12): @user_script:1: @user_script: 1: -OOM command not allowed..."
+_SCRIPT_FRAME = re.compile(r"^Error running script \(call to [^)]*\):(?: @?\w+: ?\d+:)* -?")
 
 
 def is_outage(error: BaseException) -> bool:
@@ -103,7 +123,7 @@ def reason(error: BaseException) -> str:
     for kind, code in _STRIPPED_CODES:
         if isinstance(cause, kind) and not _reply(text).startswith(code):
             return f"{code} {_reply(text)}"
-    return _reply(text) if isinstance(cause, redis.exceptions.ResponseError) else text
+    return _unwrapped(_reply(text)) if isinstance(cause, redis.exceptions.ResponseError) else text
 
 
 def _redis_error(error: BaseException) -> BaseException:
@@ -118,9 +138,15 @@ def _reply(message: str) -> str:
     return stripped.removeprefix("('").removeprefix('("') if stripped != message else message
 
 
+def _unwrapped(reply: str) -> str:
+    """What a script's command was told, without the "Error running script" frame of Redis before 7."""
+    return _SCRIPT_FRAME.sub("", reply, count=1)
+
+
 def _refusal(message: str) -> bool:
     reply = _reply(message)
     wrapped = reply.startswith("Error running script")
     # Redis < 7: "Error running script (call to f_...): @user_script:1: -OOM command not allowed ..."
     codes = set(_WRAPPED_CODE.findall(reply)) if wrapped else {reply.split(" ", 1)[0]}
-    return bool(codes & REFUSAL_CODES) or any(phrase in reply for phrase in REFUSAL_PHRASES)
+    lowered = reply.lower()
+    return bool(codes & REFUSAL_CODES) or any(phrase in lowered for phrase in REFUSAL_PHRASES)

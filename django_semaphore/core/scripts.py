@@ -1,27 +1,51 @@
-"""The Lua operations, as one Redis Functions library loaded once and called with FCALL.
+"""The Lua operations, and the two ways a server runs them.
 
-``lua/common.lua`` and ``lua/adaptive.lua`` start the library; each other file is the body of one
-operation, registered as ``<library>_<operation>``. The library's name
-carries a digest of its source, so processes of two versions of this app (a
-rolling deploy) each call their own functions, and a server that lost its
-functions (a restart without persistence, ``FUNCTION FLUSH``, a new Cluster
-node) gets them again on the first call that finds them missing.
+``lua/common.lua`` and ``lua/adaptive.lua`` are the prelude; each other file
+is the body of one operation. From the same files come:
 
-Loaded once, the helpers are defined once rather than on every call (a
-script run with EVALSHA defines them all each time), which is most of what a
-script costs the server on the common path. Needs Redis 7.0 or Valkey 7.2.
+- **a Redis Functions library** (Redis 7.0+, Valkey 7.2+), loaded once and
+  called with ``FCALL``: its helpers are defined once, not on every call,
+  which is most of what a script costs the server on the common path, and
+  it survives a restart where the server persists its data. Its name
+  carries a digest of its source, so processes of two versions of this app
+  (a rolling deploy) each call their own functions, and a server that lost
+  them gets them again on the first call that finds them missing;
+- **one script per operation** (prelude, then the body), sent with
+  ``EVAL`` the first time (the server caches it), then run with ``EVALSHA``,
+  and sent again when the server answers ``NOSCRIPT``: for servers without
+  Functions (Redis 6.x, KeyDB, Dragonfly, Garnet) and users who may not run
+  or load them.
+
+Which one is decided per server and user, in each process, on the first
+call, and logged once; it is decided again when the server forgets what it had
+(``Function not found``, ``NOSCRIPT``), since the server may have changed
+(a failover to an upgraded replica, a library loaded by an operator). The
+state a script keeps between calls (the prelude's caches) is only ever a
+cache: an ``EVALSHA`` script starts from nothing on every call.
+
+The logic lives in one generator per exchange (``exchange``), which yields
+what to send and receives the replies, so the sync and asyncio clients run
+the very same decisions (``_drive`` and ``_adrive``), and so do the
+connections of calls with a deadline (core/bounded.py, through ``drive``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from .calls import ScriptCall
+from .errors import is_outage
+
+logger = logging.getLogger("django_semaphore.scripts")
 
 OPERATIONS = (
     "acquire",
@@ -36,27 +60,78 @@ OPERATIONS = (
     "settle_evictions",
 )
 
-
 # The helpers every operation shares, in this order (adaptive.lua uses common.lua's).
 PRELUDE = ("common", "adaptive")
+
+LIBRARY_PREFIX = "django_semaphore_"
+FUNCTIONS, EVALSHA = "functions", "evalsha"
+
+# Which version's library a process uses, so ``semaphore_scripts --clean`` (and a newer version,
+# once it has loaded its own) removes only libraries nobody runs: a key per library, refreshed by
+# every client at most every HEARTBEAT_EVERY seconds, alive for HEARTBEAT_TTL.
+HEARTBEAT_KEY = "django_semaphore:library:"
+HEARTBEAT_EVERY = 60.0
+HEARTBEAT_TTL = 600.0
+
+# Rounds of one exchange at most: FCALL, load, FCALL again; or EVALSHA, EVAL.
+MAX_ROUNDS = 4
 
 
 def _text(name: str) -> str:
     return (files("django_semaphore.core") / "lua" / f"{name}.lua").read_text()
 
 
+def _prelude() -> str:
+    return "".join(_text(name) for name in PRELUDE)
+
+
+def _operation_function(operation: str) -> str:
+    """An operation's body as a local function of the prelude's helpers, the same in both ways."""
+    return f"\nlocal function {operation}_operation(keys, args)\n  begin(keys, args)\n{_text(operation)}\nend\n"
+
+
+def app_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
 @cache
 def library() -> tuple[str, str]:
     """The library's name and source."""
-    prelude = "".join(_text(name) for name in PRELUDE)
-    body = prelude + "".join(_text(name) for name in OPERATIONS)
-    name = "django_semaphore_" + hashlib.sha1(body.encode()).hexdigest()[:12]
-    parts = [f"#!lua name={name}\n", prelude]
+    prelude = _prelude()
+    digest = hashlib.sha1((prelude + "".join(_text(name) for name in OPERATIONS)).encode()).hexdigest()
+    name = LIBRARY_PREFIX + digest[:12]
+    parts = [f"#!lua name={name}\n-- django-semaphore {app_version()}\n", prelude]
     for operation in OPERATIONS:
-        parts.append(f"\nlocal function {operation}_operation(keys, args)\n  begin(keys, args)\n")
-        parts.append(_text(operation))
-        parts.append(f"\nend\nredis.register_function('{name}_{operation}', {operation}_operation)\n")
+        parts.append(_operation_function(operation))
+        parts.append(f"redis.register_function('{name}_{operation}', {operation}_operation)\n")
     return name, "".join(parts)
+
+
+@dataclass(frozen=True)
+class Script:
+    """One operation as a script of its own: the prelude, the operation, and a call of it."""
+
+    operation: str
+    source: str
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha1(self.source.encode()).hexdigest()
+
+
+@cache
+def script(operation: str) -> Script:
+    """``operation`` as an EVALSHA script (the prelude's ``local KEYS, ARGV`` hide the globals: kept first)."""
+    source = (
+        f"-- django-semaphore {app_version()} {operation} ({library()[0]})\n"
+        "local SCRIPT_KEYS, SCRIPT_ARGV = KEYS, ARGV\n"
+        + _prelude()
+        + _operation_function(operation)
+        + f"return {operation}_operation(SCRIPT_KEYS, SCRIPT_ARGV)\n"
+    )
+    return Script(operation, source)
 
 
 def function(operation: str) -> str:
@@ -64,89 +139,362 @@ def function(operation: str) -> str:
     return f"{library()[0]}_{operation}"
 
 
-def fcall_args(call: ScriptCall) -> tuple[Any, ...]:
-    """The command that runs ``call``."""
-    return ("FCALL", function(call.script), len(call.keys), *call.keys, *call.args)
+def heartbeat_key(library_name: str) -> str:
+    return HEARTBEAT_KEY + library_name
 
 
-def load_args() -> tuple[Any, ...]:
-    """The command that loads the library (what ``load`` sends)."""
-    return ("FUNCTION", "LOAD", "REPLACE", library()[1])
+def heartbeat() -> tuple[Any, ...]:
+    """The command that marks this version's library as used by a running process, for HEARTBEAT_TTL."""
+    return ("SET", heartbeat_key(library()[0]), app_version(), "PX", int(HEARTBEAT_TTL * 1000))
 
 
-def missing(error: BaseException) -> bool:
+# -- what a reply says about the way it was sent ------------------------------
+
+
+def missing(error: object) -> bool:
     """The server does not have the library (yet, or any more)."""
     return isinstance(error, ResponseError) and "Function not found" in str(error)
 
 
-def load(client: Any) -> None:
-    """Load the library (on every master of a Cluster: redis-py sends FUNCTION LOAD to all)."""
-    client.function_load(library()[1], replace=True)
+def _unknown_command(error: object) -> bool:
+    text = str(error).lower()
+    return isinstance(error, ResponseError) and ("unknown command" in text or "unknown subcommand" in text)
 
 
-async def aload(client: Any) -> None:
-    await client.function_load(library()[1], replace=True)
+def _denied(error: object, command: str) -> bool:
+    """An ACL refusal of ``command`` itself (not of a key, nor of a command the script runs)."""
+    return isinstance(error, NoPermissionError) and f"'{command}" in str(error).lower()
+
+
+def _functions_unusable(error: object) -> bool:
+    """FCALL answered that this server or user has no Functions at all."""
+    return _unknown_command(error) or _denied(error, "fcall")
+
+
+def _scripts_unusable(error: object) -> bool:
+    """EVALSHA answered that this server or user runs no scripts (Lua switched off, ACL)."""
+    text = str(error).lower()
+    return (
+        _unknown_command(error)
+        or _denied(error, "evalsha")
+        or _denied(error, "eval")
+        or (isinstance(error, ResponseError) and "scripting" in text and "disabled" in text)
+    )
+
+
+def _load_refused(error: BaseException) -> bool:
+    """A FUNCTION LOAD failure that means "not here, not for you" rather than "not now" (OOM, READONLY...)."""
+    return _unknown_command(error) or isinstance(error, NoPermissionError) or not is_outage(error)
+
+
+# -- the decision, per server and user ------------------------------------------
+
+
+@dataclass
+class _ServerState:
+    """How one server runs the operations for one user, as far as this process knows."""
+
+    where: str
+    mode: str | None = None  # None: decide on the next call
+    logged: str | None = None
+    beat_at: float = field(default=-HEARTBEAT_EVERY)
+    # Operations this process sent with EVAL since the server last answered NOSCRIPT: EVALSHA finds
+    # them cached. The others go with EVAL (which caches them), rather than EVALSHA, NOSCRIPT, EVAL.
+    sent: set[str] = field(default_factory=set)
+
+    def decide(self, mode: str, because: object = None) -> None:
+        self.mode = mode
+        if mode == self.logged:
+            return
+        self.logged = mode
+        if mode == FUNCTIONS:
+            logger.info(
+                "Redis at %s runs the semaphore operations as the Functions library %s.", self.where, library()[0]
+            )
+        else:
+            logger.info(
+                "Redis at %s runs the semaphore operations as scripts with EVALSHA: Functions are not usable (%s).",
+                self.where,
+                because,
+            )
+
+
+# Shared by the sync client and every event loop's asyncio client of one server and user: an
+# asyncio client lives as long as its loop, which under WSGI is one request.
+_states: dict[tuple[str, str], _ServerState] = {}
+MAX_STATES = 1000
+
+
+def _identity(client: Any) -> tuple[str, str]:
+    """(where, user): the server a client reaches, as an operator names it, and as whom."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is not None:  # RedisCluster, sync or asyncio
+        kwargs = client.get_connection_kwargs()
+        where = "cluster " + min(manager.startup_nodes, default="?")
+    else:
+        pool = getattr(client, "connection_pool", None)
+        kwargs = getattr(pool, "connection_kwargs", None) or {}
+        service = getattr(pool, "service_name", None)
+        if service is not None:
+            where = f"sentinel service {service}"
+        elif kwargs.get("path"):
+            where = f"{kwargs['path']} db {kwargs.get('db', 0)}"
+        elif "host" in kwargs:
+            where = f"{kwargs['host']}:{kwargs.get('port', 6379)} db {kwargs.get('db', 0)}"
+        else:
+            where = f"{type(client).__name__} {id(client):#x}"
+    return where, str(kwargs.get("username") or "default")
+
+
+def _state(client: Any) -> _ServerState:
+    identity = _identity(client)
+    state = _states.get(identity)
+    if state is None:
+        if len(_states) >= MAX_STATES:
+            _states.clear()
+        state = _states[identity] = _ServerState(identity[0])
+    return state
+
+
+def mode_of(client: Any) -> str | None:
+    """ "functions" or "evalsha" once a call to ``client``'s server has decided; None before."""
+    state = _states.get(_identity(client))
+    return state.mode if state else None
+
+
+# -- one exchange: what to send, and what the replies mean ----------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Commands sent in one round trip; the replies come back in order, errors as values."""
+
+    commands: list[tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One call of a client method (FUNCTION LOAD must reach every master of a Cluster)."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+Step = Batch | Method
+Exchange = Generator[Step, Any, Any]
+
+
+def _command(mode: str, call: ScriptCall, cached: set[str]) -> tuple[Any, ...]:
+    head: tuple[Any, ...]
+    if mode == FUNCTIONS:
+        head = ("FCALL", function(call.script))
+    elif call.script in cached:
+        head = ("EVALSHA", script(call.script).sha)
+    else:
+        head = ("EVAL", script(call.script).source)
+    return (*head, len(call.keys), *call.keys, *call.args)
+
+
+def _other_way(mode: str, reply: object) -> bool:
+    """The reply says the call did not run because of the way it was sent: retry it the right way."""
+    if mode == FUNCTIONS:
+        return missing(reply) or _functions_unusable(reply)
+    return isinstance(reply, NoScriptError)
+
+
+def exchange(client: Any, calls: list[ScriptCall], extra: list[tuple[Any, ...]]) -> Exchange:
+    """Run ``calls``, then ``extra`` (such as WAIT), in one round trip whichever way the server takes.
+
+    Returns the calls' replies and the extra commands' replies, errors as values.
+    """
+    state = _state(client)
+    mode = state.mode or FUNCTIONS
+    forget = False  # decide again on the next call
+    beat = _heartbeat_due(state)
+    results: dict[int, Any] = {}
+    pending = list(range(len(calls)))
+    for _ in range(MAX_ROUNDS):
+        replies = yield Batch([*(_command(mode, calls[i], state.sent) for i in pending), *beat, *extra])
+        retry = [i for i, reply in zip(pending, replies, strict=False) if _other_way(mode, reply)]
+        results.update((i, reply) for i, reply in zip(pending, replies, strict=False) if i not in retry)
+        if mode == EVALSHA:
+            state.sent.update(calls[i].script for i in pending if i not in retry)
+        extra_replies = replies[len(pending) + len(beat) :]
+        beat = []  # sent once
+        if not retry:
+            if mode == EVALSHA and any(_scripts_unusable(reply) for reply in results.values()):
+                forget = True  # refused: ask for Functions again next time (an operator may load them)
+            if forget:
+                state.mode = None
+            elif state.mode != mode:
+                state.decide(mode)
+            return [results[i] for i in range(len(calls))], extra_replies
+        problem = replies[pending.index(retry[0])]
+        pending = retry
+        if mode == EVALSHA:  # NOSCRIPT: the cache was lost; send the sources, and decide again next time
+            state.sent.clear()
+            forget = True
+            continue
+        if missing(problem):
+            loaded = yield Method("function_load", (library()[1],), {"replace": True})
+            if not isinstance(loaded, BaseException):
+                state.decide(FUNCTIONS)
+                yield from _prune(client)
+                continue
+            if not _load_refused(loaded):  # not now (OOM, READONLY...): the failure policy decides
+                return [loaded if i in retry else results[i] for i in range(len(calls))], extra_replies
+            problem = f"FUNCTION LOAD: {loaded}"
+        mode = EVALSHA
+        state.decide(EVALSHA, because=problem)
+    raise ResponseError(f"The semaphore operations could not be run: {problem}")
+
+
+def _heartbeat_due(state: _ServerState) -> list[tuple[Any, ...]]:
+    now = time.monotonic()
+    if now - state.beat_at < HEARTBEAT_EVERY:
+        return []
+    state.beat_at = now
+    return [heartbeat()]
+
+
+def _prune(client: Any) -> Exchange:
+    """Having loaded its library, remove older versions' that no process has used for HEARTBEAT_TTL.
+
+    Best effort: a user who may not list or delete libraries leaves them to
+    ``semaphore_scripts --clean``. Safe even when wrong: a process whose
+    library is gone loads it again (or runs EVALSHA) on its next call.
+    """
+    own = library()[0]
+    state = _state(client)
+    state.beat_at = time.monotonic()
+    yield Batch([heartbeat()])
+    listed = yield Method("function_list", (), {"library": LIBRARY_PREFIX + "*"})
+    if isinstance(listed, BaseException):
+        return
+    others = sorted(name for name in library_names(listed) if name != own)
+    if not others:
+        return
+    alive = yield Batch([("EXISTS", heartbeat_key(name)) for name in others])
+    for name, beating in zip(others, alive, strict=True):
+        if beating == 0:
+            yield Method("function_delete", (name,))
+
+
+def library_names(listed: Any) -> set[str]:
+    """The library names in a ``FUNCTION LIST`` reply."""
+    names = {entry_fields(entry).get("library_name") for reply in per_master(listed) for entry in reply or []}
+    return {name for name in names if isinstance(name, str)}
+
+
+def per_master(listed: Any) -> list[Any]:
+    """A ``FUNCTION LIST`` reply, one per master (a Cluster client answers a dict of them, by node)."""
+    if isinstance(listed, dict) and not any(_str(key) == "library_name" for key in listed):
+        return list(listed.values())
+    return [listed]
+
+
+def entry_fields(entry: Any) -> dict[str, Any]:
+    """A FUNCTION LIST entry (RESP2: a flat list of names and values; RESP3: a map) as a dict."""
+    pairs: Iterable[tuple[Any, Any]] = (
+        entry.items() if isinstance(entry, dict) else zip(entry[::2], entry[1::2], strict=False)
+    )
+    return {_str(key): _str(value) for key, value in pairs}
+
+
+def _str(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# -- running an exchange on a sync or an asyncio client -------------------------
+
+
+def perform(client: Any, step: Step) -> Any:
+    """One step on a sync client: a method call, or commands in one round trip (errors as values)."""
+    if isinstance(step, Method):
+        try:
+            return getattr(client, step.name)(*step.args, **step.kwargs)
+        except ResponseError as error:
+            return error
+    if len(step.commands) == 1:
+        try:
+            return [client.execute_command(*step.commands[0])]
+        except ResponseError as error:
+            return [error]
+    pipe = client.pipeline(transaction=False)
+    for command in step.commands:
+        pipe.execute_command(*command)
+    return pipe.execute(raise_on_error=False)
+
+
+async def _aperform(client: Any, step: Step) -> Any:
+    if isinstance(step, Method):
+        try:
+            return await getattr(client, step.name)(*step.args, **step.kwargs)
+        except ResponseError as error:
+            return error
+    if len(step.commands) == 1:
+        try:
+            return [await client.execute_command(*step.commands[0])]
+        except ResponseError as error:
+            return [error]
+    pipe = client.pipeline(transaction=False)
+    for command in step.commands:
+        pipe.execute_command(*command)
+    return await pipe.execute(raise_on_error=False)
+
+
+def drive(perform: Callable[[Step], Any], steps: Exchange) -> Any:
+    """Run an exchange, each step sent and its replies read by ``perform``."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(perform(step))
+    except StopIteration as done:
+        return done.value
+
+
+def _drive(client: Any, steps: Exchange) -> Any:
+    return drive(lambda step: perform(client, step), steps)
+
+
+async def _adrive(client: Any, steps: Exchange) -> Any:
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(await _aperform(client, step))
+    except StopIteration as done:
+        return done.value
+
+
+def raised(reply: Any) -> Any:
+    if isinstance(reply, BaseException):
+        raise reply
+    return reply
 
 
 def run(client: Any, call: ScriptCall) -> Any:
     """Run one operation on a sync client."""
-    try:
-        return client.execute_command(*fcall_args(call))
-    except ResponseError as error:
-        if not missing(error):
-            raise
-    load(client)
-    return client.execute_command(*fcall_args(call))
+    (reply,), _ = _drive(client, exchange(client, [call], []))
+    return raised(reply)
 
 
 async def arun(client: Any, call: ScriptCall) -> Any:
     """Run one operation on an asyncio client."""
-    try:
-        return await client.execute_command(*fcall_args(call))
-    except ResponseError as error:
-        if not missing(error):
-            raise
-    await aload(client)
-    return await client.execute_command(*fcall_args(call))
+    (reply,), _ = await _adrive(client, exchange(client, [call], []))
+    return raised(reply)
 
 
 def run_pipeline(client: Any, calls: list[ScriptCall]) -> list[Any]:
     """Run several operations in one round trip (a dashboard's partitions); errors come back as values."""
-    for attempt in range(2):
-        pipe = client.pipeline(transaction=False)
-        for call in calls:
-            pipe.execute_command(*fcall_args(call))
-        replies = pipe.execute(raise_on_error=False)
-        if attempt == 0 and any(missing(reply) for reply in replies):
-            load(client)
-            continue
-        return list(replies)
-    raise AssertionError("unreachable")
+    replies, _ = _drive(client, exchange(client, calls, []))
+    return list(replies)
 
 
 async def arun_pipeline(client: Any, calls: list[ScriptCall]) -> list[Any]:
     """``run_pipeline`` on an asyncio client."""
-    for attempt in range(2):
-        pipe = client.pipeline(transaction=False)
-        for call in calls:
-            pipe.execute_command(*fcall_args(call))
-        replies = await pipe.execute(raise_on_error=False)
-        if attempt == 0 and any(missing(reply) for reply in replies):
-            await aload(client)
-            continue
-        return list(replies)
-    raise AssertionError("unreachable")
-
-
-def confirmed(replies: list[Any]) -> tuple[Any, int] | None:
-    """A script's reply and WAIT's count, from their two replies; None when the library must be loaded first."""
-    reply, acked = replies
-    if missing(reply):
-        return None
-    for value in (reply, acked):
-        if isinstance(value, Exception):
-            raise value
-    return reply, int(acked)
+    replies, _ = await _adrive(client, exchange(client, calls, []))
+    return list(replies)
 
 
 def run_confirmed(client: Any, call: ScriptCall, replicas: int, timeout_ms: int) -> Any:
@@ -156,25 +504,16 @@ def run_confirmed(client: Any, call: ScriptCall, replicas: int, timeout_ms: int)
     so the two commands share one pipeline. Returns (reply, replicas that
     confirmed).
     """
-    for _ in range(2):
-        pipe = client.pipeline(transaction=False)
-        pipe.execute_command(*fcall_args(call))
-        pipe.execute_command("WAIT", replicas, timeout_ms)
-        outcome = confirmed(pipe.execute(raise_on_error=False))
-        if outcome is not None:
-            return outcome
-        load(client)
-    raise ResponseError(f"Function {function(call.script)!r} could not be loaded.")
+    (reply,), (acked,) = _drive(client, exchange(client, [call], [("WAIT", replicas, timeout_ms)]))
+    return raised(reply), int(raised(acked))
 
 
 async def arun_confirmed(client: Any, call: ScriptCall, replicas: int, timeout_ms: int) -> Any:
     """``run_confirmed`` on an asyncio client."""
-    for _ in range(2):
-        pipe = client.pipeline(transaction=False)
-        pipe.execute_command(*fcall_args(call))
-        pipe.execute_command("WAIT", replicas, timeout_ms)
-        outcome = confirmed(await pipe.execute(raise_on_error=False))
-        if outcome is not None:
-            return outcome
-        await aload(client)
-    raise ResponseError(f"Function {function(call.script)!r} could not be loaded.")
+    (reply,), (acked,) = await _adrive(client, exchange(client, [call], [("WAIT", replicas, timeout_ms)]))
+    return raised(reply), int(raised(acked))
+
+
+def load(client: Any) -> None:
+    """Load the library (on every master of a Cluster: redis-py sends FUNCTION LOAD to all)."""
+    client.function_load(library()[1], replace=True)

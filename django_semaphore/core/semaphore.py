@@ -22,7 +22,7 @@ from .calls import Calls
 from .cancel import CancellableClock, watching
 from .conf import MAX_LIMIT, MAX_SECONDS, SemaphoreConfig, config_for, declared, key_prefix
 from .connection import aclient, get_client, socket_timeout
-from .drivers import OUTAGE_ERRORS, ReplicaConfirmation, adrive, drive
+from .drivers import OUTAGE_ERRORS, ReplicaConfirmation, adrive, drive, server_clock
 from .flow import AcquireRequest, acquire_flow
 from .keys import SemaphoreKeys, hash_partition
 from .permit import Permit
@@ -405,13 +405,25 @@ class Semaphore:
         ``history=True`` adds the last hour of utilisation samples.
         """
         reply = backend.run(self.calls.status(max_holders, history), self.name, self.partition)
-        vanished.report_status(self.name, self.partition, reply)
-        return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply, self.config.adaptive)
+        return self._parsed_status(reply)
 
     async def astatus(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
         reply = await backend.arun(self.calls.status(max_holders, history), self.name, self.partition)
+        return self._parsed_status(reply)
+
+    def _parsed_status(self, reply: Any) -> SemaphoreStatus:
+        """The status, and the server's clock it read: a later acquire is then refused once abandoned.
+
+        Without a reading, an acquire carries no "not after" bound: a caller
+        who gave up on a stalled server (its command already in the server's
+        buffers, as Redis 6.2 runs a paused client's) would leave a permit
+        granted to nobody until the background clean-up returns it. Keys
+        found gone under held permits are reported here too (core/vanished.py).
+        """
         vanished.report_status(self.name, self.partition, reply)
-        return SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply, self.config.adaptive)
+        status = SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply, self.config.adaptive)
+        server_clock.observe(self.keys.base, status.now_ms, time.monotonic())
+        return status
 
     def force_release(self, token: str) -> bool:
         """Take one holder's permit away (an operator's fix for a stuck holder); an empty token takes nothing."""

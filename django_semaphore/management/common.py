@@ -23,12 +23,17 @@ T = TypeVar("T")
 
 
 def guarded(action: Callable[[], T]) -> T:
-    """Run ``action``; an outage or an unknown name becomes a one-line CommandError (exit status 1)."""
+    """Run ``action``; any Redis error or an unknown name becomes a one-line CommandError (exit status 1).
+
+    An error that is no outage (WRONGTYPE on a key another program wrote, a
+    script's own error) is still one line for the operator, who is running a
+    command, not reading a traceback; it says it is worth reporting.
+    """
     try:
         return action()
     except (BackendUnavailable, RedisError) as exc:
         if not is_outage(exc):
-            raise
+            raise CommandError(f"Redis answered an error (worth reporting if it persists): {reason(exc)}") from exc
         raise CommandError(outage_line(exc)) from exc
     except UnknownSemaphore as exc:
         raise CommandError(str(exc)) from exc

@@ -17,6 +17,7 @@ import redis
 from django_semaphore.signals import semaphore_backend_error
 from django_semaphore.testing import RedisServer
 
+from .modes import known
 from .servers import wait_for
 
 Undo = Callable[[], None]
@@ -125,5 +126,6 @@ def revoke_scripts(client: redis.Redis) -> Undo:
             LIMITED_USER, enabled=True, passwords=[f"+{LIMITED_PASSWORD}"], keys=["*"], commands=commands
         )
 
-    allow(["+@all", "-eval", "-evalsha", "-script", "-fcall", "-function"])
+    scripting = known(client, "eval", "evalsha", "script", "fcall", "function")  # Redis 6 has no FCALL
+    allow(["+@all", *(f"-{command}" for command in scripting)])
     return lambda: allow(["+@all"])

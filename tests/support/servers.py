@@ -62,13 +62,13 @@ class _Group:
 
 
 @contextlib.contextmanager
-def pointed_at(cluster: ServerCluster, settings: Any) -> Iterator[None]:
-    """Point the app's sync and asyncio connections at ``cluster`` for one test."""
-    sync_client = cluster.client()
+def pointed_at(cluster: ServerCluster, settings: Any, **credentials: str) -> Iterator[None]:
+    """Point the app's sync and asyncio connections at ``cluster`` for one test (as ``username``, ``password``)."""
+    sync_client = cluster.client(**credentials)
     host, port = cluster.startup_nodes[0]
     settings.SEMAPHORE_CONNECTION = lambda: sync_client
     settings.SEMAPHORE_ASYNC_CONNECTION = lambda: redis.asyncio.cluster.RedisCluster(
-        host=host, port=port, socket_timeout=2
+        host=host, port=port, socket_timeout=2, **credentials
     )
     try:
         yield
@@ -79,7 +79,7 @@ def pointed_at(cluster: ServerCluster, settings: Any) -> Iterator[None]:
 class ServerCluster(_Group):
     """Three cluster-enabled masters sharing the 16384 slots, no replicas."""
 
-    def __init__(self, masters: int = 3) -> None:
+    def __init__(self, masters: int = 3, extra_args: list[str] | None = None) -> None:
         binary = find_binary()
         self.nodes: list[RedisServer] = []
         self.bus_ports: list[int] = []
@@ -98,6 +98,7 @@ class ServerCluster(_Group):
                         str(bus),
                         "--cluster-node-timeout",
                         "2000",
+                        *(extra_args or []),
                     ],
                 )
             )
@@ -124,9 +125,11 @@ class ServerCluster(_Group):
                 client.close()
         return self
 
-    def client(self) -> redis.cluster.RedisCluster:
+    def client(self, **credentials: str) -> redis.cluster.RedisCluster:
         host, port = self.startup_nodes[0]
-        return redis.cluster.RedisCluster(host=host, port=port, socket_timeout=2, socket_connect_timeout=1)
+        return redis.cluster.RedisCluster(
+            host=host, port=port, socket_timeout=2, socket_connect_timeout=1, **credentials
+        )
 
     def close(self) -> None:
         for node in self.nodes:

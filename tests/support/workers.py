@@ -168,14 +168,18 @@ def wait_then_enter(
     permit.release()
 
 
-def contend_on_cluster(prefix: str, port: int, name: str, limit: int, duration: float, seed: int) -> None:
+def contend_on_cluster(
+    prefix: str, port: int, name: str, limit: int, duration: float, seed: int, credentials: dict[str, str]
+) -> None:
     """Weighted acquire / hold / release on a Redis Cluster, counted inside by the referee (a standalone server)."""
     setup(prefix)
     import redis
     import redis.cluster
     from django.conf import settings
 
-    cluster = redis.cluster.RedisCluster(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=1)
+    cluster = redis.cluster.RedisCluster(
+        host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=1, **credentials
+    )
     settings.SEMAPHORE_CONNECTION = lambda: cluster
     from django_semaphore import BackendUnavailable, Semaphore
     from django_semaphore.core.conf import SemaphoreConfig

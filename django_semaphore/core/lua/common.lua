@@ -1,6 +1,9 @@
 -- The start of the library (scripts.py builds it: this file, then each operation's file as the body
 -- of a function registered under the library's versioned name). Loaded once with FUNCTION LOAD, it
--- defines its helpers once, not on every call, and every operation stays one FCALL.
+-- defines its helpers once, not on every call, and every operation stays one FCALL. Where the server
+-- has no Functions, each operation is a script of its own (this file, adaptive.lua, the operation)
+-- run with EVALSHA, which defines the helpers on every call: what a table below keeps between
+-- calls (parsed configurations, clock texts) is only ever a cache.
 --
 -- THE ARGUMENT CONTRACT (the same for every script)
 --   KEYS[1] holders  ZSET  holder token -> lease deadline (ms, server clock)
@@ -60,8 +63,9 @@ local BATCH = 1000                   -- members per HMGET/HDEL/ZREM (Lua's unpac
 local KEYS, ARGV, K, BASE, CFG
 
 -- Refuse an argument before anything is written: nothing a caller sends may corrupt shared state.
+-- A plain string at level 0 (no position prefix): Redis before 7 cannot raise an error table.
 local function fail(message)
-  error({err = 'ERR django_semaphore: ' .. message})
+  error('django_semaphore: ' .. message, 0)
 end
 
 local function int_arg(value, name, low, high)
@@ -135,21 +139,20 @@ local function int_text(n)
   return string.format('%d', n)
 end
 
--- "000" to "999": the milliseconds of a clock reading as text, built at the first call after the
--- library loads (the standard library is not reachable while it loads).
-local MS_TEXT
+-- "000" to "999": the milliseconds of a clock reading as text, each formatted when first needed
+-- (a loaded library keeps them; a script run with EVALSHA starts from nothing on every call).
+local MS_TEXT = {}
 
 -- The server's clock in ms, as a number and as text (without formatting the number).
 local function server_now_ms()
-  if not MS_TEXT then
-    MS_TEXT = {}
-    for ms = 0, 999 do
-      MS_TEXT[ms] = string.format('%03d', ms)
-    end
-  end
   local t = redis.call('TIME')
   local ms = math.floor(tonumber(t[2]) / 1000)
-  return tonumber(t[1]) * 1000 + ms, t[1] .. MS_TEXT[ms]
+  local text = MS_TEXT[ms]
+  if not text then
+    text = string.format('%03d', ms)
+    MS_TEXT[ms] = text
+  end
+  return tonumber(t[1]) * 1000 + ms, t[1] .. text
 end
 
 local STATE_FIELDS = {'limit', 'used', 'fence', 'ticket', 'expires_at', 'audited_at', 'seen_at', 'hold_avg', 'peak',
@@ -498,13 +501,13 @@ local function read_line(now, cfg, st, caller)
     tokens[#tokens + 1] = stale[i]
     deadlines[#deadlines + 1] = tonumber(stale[i + 1])
   end
+  -- Still in line or not: ZSCORE per waiter (ZMSCORE would read them at once, but needs Redis 6.2).
   local ranks, requests = {}, {}
   for first = 1, #tokens, BATCH do
     local last = math.min(first + BATCH - 1, #tokens)
-    local batch_ranks = redis.call('ZMSCORE', K.queue, unpack(tokens, first, last))
     local batch_requests = redis.call('HMGET', K.qweight, unpack(tokens, first, last))
     for i = 1, last - first + 1 do
-      ranks[first + i - 1] = batch_ranks[i]
+      ranks[first + i - 1] = redis.call('ZSCORE', K.queue, tokens[first + i - 1])
       requests[first + i - 1] = batch_requests[i]
     end
   end

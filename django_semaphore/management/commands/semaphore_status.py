@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 import time
 from typing import Any
 
@@ -88,9 +90,16 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         interval, options["count"] = check_refresh(options["interval"], options["count"])
         options["interval"] = interval
-        if interval is None:
-            self.show(options)
-            return
+        try:
+            if interval is None:
+                self.show(options)
+            else:
+                self.refresh(options, interval)
+            self.stdout.flush()
+        except BrokenPipeError:
+            self.reader_gone()
+
+    def refresh(self, options: dict[str, Any], interval: float) -> None:
         shown = 0
         try:
             while options["count"] is None or shown < options["count"]:
@@ -99,9 +108,24 @@ class Command(BaseCommand):
                 if not options["json"] and self.stdout.isatty():
                     self.stdout.write(CLEAR_SCREEN, ending="")
                 self.show(options)
+                self.stdout.flush()  # each refresh reaches a pipe now, not when a buffer fills
                 shown += 1
         except KeyboardInterrupt:
             self.stdout.write("")
+
+    def reader_gone(self) -> None:
+        """Whoever read the output stopped (``| head``): stop too, quietly.
+
+        What is still buffered for the closed pipe would fail again when the
+        interpreter flushes it on exit: the output goes to /dev/null instead.
+        """
+        try:
+            descriptor = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):
+            return  # not a file (call_command's StringIO): nothing left to flush
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, descriptor)
+        os.close(devnull)
 
     def show(self, options: dict[str, Any]) -> None:
         data = guarded(lambda: overview(options["names"], holders=options["holders"]))
