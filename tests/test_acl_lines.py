@@ -45,7 +45,6 @@ PYTHON_COMMANDS = {
     "zrevrange",  # the partitions used most recently (dashboard, semaphore_status)
     "zscan",  # every partition, by pages
     "zcard",  # how many partitions
-    "zrange",  # the oldest partitions, when a capped semaphore is full
     "zrem",  # partitions that expired leave the registry
     "hdel",  # and their labels
     "hget",  # one partition's label
@@ -143,10 +142,16 @@ def everything_works(settings, url: str) -> None:
     settings.SEMAPHORE_CONNECTION = f"{url}?{OWN_SERVER_TIMEOUTS}"
     exercise()
     search = get_semaphore("search")
-    assert get_semaphore("search", key="bob").acquire(auto_renew=False) is not None
+    bob = get_semaphore("search", key="bob").acquire(auto_renew=False)
+    assert bob is not None
     assert sorted(search.partitions().values()) == ["alice", "bob"] and search.partition_count() == 2
     assert sorted(label for _hash, label in search.iter_partitions()) == ["alice", "bob"]
-    registry._sweep(get_client(), "search")  # a capped semaphore making room: ZRANGE, EXISTS
+    bob.release()
+    # Past its cap, a semaphore evicts its idle partitions, keys and all (admit, evict and settle scripts).
+    capped = {**settings.SEMAPHORES["search"], "max_partitions": 1}
+    settings.SEMAPHORES = {**settings.SEMAPHORES, "search": capped}
+    assert get_semaphore("search", key="carol").acquire(auto_renew=False) is not None
+    assert "bob" not in search.partitions().values()
     assert get_client().wait(0, 10) == 0  # what `replicas` semaphores send
     assert '"schema": 1' in run("semaphore_status", "--json", "--holders")
     run("semaphore_release", "reports", "--expired")

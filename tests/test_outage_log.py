@@ -87,7 +87,7 @@ def test_a_five_second_outage_under_load_is_a_handful_of_records(settings, own_s
         print(f"  {record.levelname} {record.name}: {record.getMessage()}")
     assert during["error_allowed"] >= 8 and all(status != 500 for _, _, status in load.answers)
     assert len(records) <= MOST_RECORDS
-    messages = [record.getMessage() for record in records]
+    messages = [record.getMessage() for record in records if record.name == "django_semaphore.outages"]
     assert "an outage begins" in messages[0] and "on_error='allow'" in messages[0]
     assert any("Redis answers again after an outage of" in message and LET_THROUGH in message for message in messages)
     assert enforced - back < 1.0
@@ -213,6 +213,7 @@ def test_an_outage_soon_after_the_last_is_told_by_the_summary_not_a_start_of_its
 def test_the_engine_stays_quiet_while_redis_answers(settings, caplog) -> None:
     declare(settings)
     sem = get_semaphore("guarded")
+    sem.status()  # the first call logs, once, how this server runs the scripts (core/scripts.py)
     with caplog.at_level(logging.DEBUG, logger="django_semaphore"):
         threads = [threading.Thread(target=lambda: sem.acquire(wait=10).release()) for _ in range(4)]
         for thread in threads:

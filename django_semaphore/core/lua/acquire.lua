@@ -51,7 +51,7 @@ grant_before = int_arg(grant_before, 'grant before', 0, 9007199254740991)
 local meta = ARGV[3] or ''
 
 local now, now_text = server_now_ms()
-if (not_after > 0 and now > not_after) or (nonce ~= '' and redis.call('LPOS', K.own_wake, 'C|' .. nonce)) then
+if (not_after > 0 and now > not_after) or (nonce ~= '' and has_note(K.own_wake, 'C|' .. nonce)) then
   return {-2, 0, 0, 0, 0, 0, now, 0, 0, 0}
 end
 local st = read_state()
@@ -148,6 +148,10 @@ else
 end
 
 if fits then
+  if rank then
+    -- A waiter granted its turn leaves no note behind (a wake-up for the lease it waited on, its own).
+    delete(K.own_wake)
+  end
   leave()
   local fence, deadline = grant(ctx, token, weight, lease, hold, nonce, meta, weight_text)
   count(st, 'acquired')

@@ -318,6 +318,17 @@ local function count(st, name, by)
   plan.state[name] = current + (by or 1)
 end
 
+-- Whether the wake list `key` holds the note `text`. A wake list holds a few notes at most (LPOS would
+-- do, but needs Redis 6.0.6).
+local function has_note(key, text)
+  for _, found in ipairs(redis.call('LRANGE', key, 0, -1)) do
+    if found == text then
+      return true
+    end
+  end
+  return false
+end
+
 local function note(token, text, ttl_ms, only_if_empty)
   plan.notes = plan.notes or {}
   plan.notes[#plan.notes + 1] = {token = token, text = text, ttl = ttl_ms, only_if_empty = only_if_empty}
