@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .core import __version__ as __version__
 from .core.permit import Permit
 from .core.semaphore import Attempt, Semaphore, all_semaphores, get_semaphore
 from .exceptions import (
@@ -14,9 +15,6 @@ from .exceptions import (
     WeightMismatch,
 )
 from .guards import limit
-
-# 0.2 is unreleased: a wheel built from this tree must not pass for 0.1.0 (CHANGELOG.md).
-__version__ = "0.2.0.dev0"
 
 __all__ = [
     "Attempt",

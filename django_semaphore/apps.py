@@ -10,4 +10,4 @@ class DjangoSemaphoreConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from . import checks, memory_check, redis_check  # noqa: F401  (registers the system checks)
+        from . import checks  # noqa: F401  (registers the system checks)

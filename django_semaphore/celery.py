@@ -6,7 +6,7 @@ is retried with ``countdown`` = the semaphore's ``retry_after`` plus up to
 half of it again at random (tasks turned away together do not all come back
 in the same instant), within the task's own ``max_retries``; past them the
 task fails with the ``SemaphoreFull``. Redis failing under ``on_error:
-"deny"`` retries after ``failure.ERROR_RETRY_AFTER`` the same way.
+"deny"`` retries after ``ERROR_RETRY_AFTER`` (core/failure_policy.py) the same way.
 
 The permit is renewed in the background while the task runs, like any
 other, so a task killed mid-run (an ``acks_late`` task whose worker died, a
@@ -26,10 +26,10 @@ import random
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from .core.keys import check_name
+from .core.failure_policy import ERROR_RETRY_AFTER, give_back
+from .core.redis_keys import check_name
 from .exceptions import BackendUnavailable, SemaphoreFull
-from .failure import ERROR_RETRY_AFTER
-from .guards import Guard, KeyFunction, give_back
+from .guards import Guard, KeyFunction
 
 try:
     from celery import current_task

@@ -15,8 +15,8 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from .admission import Admission, AReleasedOnError, ReleasedOnError, aadmit, admit, afinish, finish
-from .responses import add_ratelimit_headers, arespond, respond
+from .web.admission import Admission, AReleasedOnError, ReleasedOnError, aadmit, admit, afinish, finish
+from .web.responses import add_ratelimit_headers, arespond, respond
 
 View = Callable[..., Any]
 

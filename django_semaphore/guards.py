@@ -19,49 +19,14 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import failure
-from .core.keys import check_name
-from .core.outages import LET_THROUGH, REFUSED, RELEASE, outage_log
+from .core.failure_policy import agive_back, give_back, let_through
 from .core.permit import Permit
+from .core.redis_keys import CUSTOM, check_name
 from .core.semaphore import Attempt, Semaphore, get_semaphore
 from .exceptions import BackendUnavailable, SemaphoreFull
 
 F = TypeVar("F", bound=Callable[..., Any])
 KeyFunction = Callable[..., Any]
-
-# A key function's value is namespaced as a view's key function's is (request_keys uses this too):
-# a view and a function keyed by the same value share a partition, and no value passes for
-# another kind's, such as a view's "user:42".
-CUSTOM = "custom:"
-
-
-def give_back(permit: Permit | None) -> BackendUnavailable | None:
-    """Release; an outage is only counted, since the release is retried in the background (its lease ends it
-    at the latest).
-
-    Raising would replace what the guarded work returned or raised with an
-    error about bookkeeping that already has a fallback. The outage is
-    returned: a request spares its other calls a hung Redis (admission.py).
-    """
-    if permit is None:
-        return None
-    try:
-        permit.release()
-    except BackendUnavailable as exc:
-        outage_log.unavailable(permit.name, exc, RELEASE)
-        return exc
-    return None
-
-
-async def agive_back(permit: Permit | None) -> BackendUnavailable | None:
-    if permit is None:
-        return None
-    try:
-        await permit.arelease()
-    except BackendUnavailable as exc:
-        outage_log.unavailable(permit.name, exc, RELEASE)
-        return exc
-    return None
 
 
 def full(sem: Semaphore, attempt: Attempt) -> SemaphoreFull:
@@ -150,9 +115,7 @@ class Guard:
 
 def _unguarded(sem: Semaphore, error: BackendUnavailable, label: str) -> None:
     """The semaphore's failure policy, as for requests: "allow" runs the call unguarded, "deny" raises."""
-    allowed = failure.policy(sem) == failure.ALLOW
-    outage_log.unavailable(sem.name, error, LET_THROUGH if allowed else REFUSED, where=label)
-    if not allowed:
+    if not let_through(sem.config, error, where=label):
         raise error
 
 

@@ -1,7 +1,7 @@
 """``SemaphoreMiddleware``: guard requests by URL name, path or view, from settings.
 
 Put it after ``AuthenticationMiddleware`` (user keys and the bypass
-predicate need ``request.user``). The rules are described in ``rules.py``
+predicate need ``request.user``). The rules are described in ``web/rules.py``
 and docs/guides/middleware.md.
 
 Several rules may match one request (a per-user limit and a site-wide one):
@@ -20,8 +20,9 @@ from typing import Any
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponseBase
 
-from . import outcomes
-from .admission import (
+from .exceptions import BackendUnavailable, SemaphoreFull
+from .web import request_outcomes
+from .web.admission import (
     Admission,
     AReleasedOnError,
     ReleasedOnError,
@@ -33,9 +34,8 @@ from .admission import (
     release_all,
     skipped,
 )
-from .exceptions import BackendUnavailable, SemaphoreFull
-from .responses import add_ratelimit_headers, arespond, respond
-from .rules import RequestView, Rule, active_rules, bypass_predicate, exempt_path
+from .web.responses import add_ratelimit_headers, arespond, respond
+from .web.rules import RequestView, Rule, active_rules, bypass_predicate, exempt_path
 
 GetResponse = Callable[[HttpRequest], Any]
 
@@ -149,4 +149,4 @@ async def _abypass(request: HttpRequest) -> bool:
 
 def _record_bypass(request: HttpRequest, rules: list[Rule]) -> None:
     for rule in rules:
-        skipped(request, rule.semaphore, outcomes.BYPASSED, rule.mode)
+        skipped(request, rule.semaphore, request_outcomes.BYPASSED, rule.mode)

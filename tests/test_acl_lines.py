@@ -18,9 +18,10 @@ import pytest
 import redis
 from django.core.management import call_command
 
-from django_semaphore import get_semaphore, redis_check
+from django_semaphore import get_semaphore
 from django_semaphore.core import registry, scripts
 from django_semaphore.core.connection import get_client
+from django_semaphore.ops import redis_check
 from django_semaphore.testing import RedisServer, find_binary
 
 from .conftest import OWN_SERVER_TIMEOUTS

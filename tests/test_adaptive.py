@@ -24,9 +24,9 @@ from django_semaphore import Semaphore, checks, signals
 from django_semaphore.core import scripts
 from django_semaphore.core.calls import Calls
 from django_semaphore.core.conf import SemaphoreConfig
-from django_semaphore.core.overview import summary
-from django_semaphore.core.results import Sample
+from django_semaphore.core.replies import Sample
 from django_semaphore.dashboard.chart import HEIGHT, WIDTH, utilisation_chart
+from django_semaphore.ops.overview import summary
 
 WINDOW = 0.1
 

@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_semaphore import get_semaphore
-from django_semaphore.core import overview
+from django_semaphore.ops import overview
 from django_semaphore.testing import free_port
 
 pytestmark = pytest.mark.django_db

@@ -26,7 +26,7 @@ from django_semaphore import Semaphore
 from django_semaphore.core import scripts
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.connection import get_client
-from django_semaphore.core.results import AcquireReply
+from django_semaphore.core.replies import AcquireReply
 
 from .support import workers
 from .support.polling import wait_until

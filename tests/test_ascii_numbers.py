@@ -19,7 +19,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from django_semaphore import get_semaphore
-from django_semaphore.ascii_numbers import ascii_decimal, ascii_int
+from django_semaphore.core.ascii_numbers import ascii_decimal, ascii_int
 
 from .test_admin import staff, url
 

@@ -5,11 +5,25 @@ from __future__ import annotations
 from io import StringIO
 
 import pytest
+from django.core.checks import CheckMessage
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from django_semaphore import checks, redis_check
+from django_semaphore import checks
+from django_semaphore.ops import redis_check
 from django_semaphore.testing import RedisServer, find_binary
+from django_semaphore.web import checks as web_checks
+
+
+def semaphores_checked() -> list[CheckMessage]:
+    """What ``SEMAPHORES`` is checked for: by the engine (options), and by the request path (keys, views)."""
+    return [*checks.check_semaphores(), *checks.check_semaphore_keys()]
+
+
+def app_settings_checked() -> list[CheckMessage]:
+    """The flat ``SEMAPHORE_*`` settings: the engine's and the request path's."""
+    return [*checks.check_engine_settings(), *checks.check_web_settings()]
+
 
 REDIS_CACHE = {
     "BACKEND": "django_redis.cache.RedisCache",
@@ -96,7 +110,7 @@ def test_w001_no_socket_timeouts(settings) -> None:
 )
 def test_e005_semaphore_options(settings, options, words: str) -> None:
     settings.SEMAPHORES = {"broken": options}
-    messages = checks.check_semaphores()
+    messages = semaphores_checked()
     assert ids(messages) and set(ids(messages)) == {"django_semaphore.E005"}
     assert any(words in message.msg for message in messages)
     with pytest.raises(SystemCheckError, match=r"django_semaphore\.E005"):
@@ -105,13 +119,13 @@ def test_e005_semaphore_options(settings, options, words: str) -> None:
 
 def test_e006_unknown_key_kind(settings) -> None:
     settings.SEMAPHORES = {"search": {"limit": 2, "key": "usr"}}
-    [message] = checks.check_semaphores()
+    [message] = semaphores_checked()
     assert message.id == "django_semaphore.E006" and "usr" in message.msg and "user_or_ip" in message.hint
     settings.SEMAPHORES = {"search": {"limit": 2, "key": "tests.support.views.no_such_function"}}
-    assert ids(checks.check_semaphores()) == ["django_semaphore.E006"]
+    assert ids(semaphores_checked()) == ["django_semaphore.E006"]
     for good in ("ip", "user", "user_or_ip", "header:X-Api-Key", "get:q", "tests.support.views.api_key"):
         settings.SEMAPHORES = {"search": {"limit": 2, "key": good}}
-        assert checks.check_semaphores() == []
+        assert semaphores_checked() == []
 
 
 def test_e007_rule_names_an_unknown_semaphore(settings) -> None:
@@ -174,26 +188,26 @@ def test_e006_for_a_rule_key(settings) -> None:
 )
 def test_e010_app_settings(settings, setting: str, value: object) -> None:
     setattr(settings, setting, value)
-    messages = checks.check_app_settings()
+    messages = app_settings_checked()
     assert ids(messages) == ["django_semaphore.E010"] and setting in messages[0].msg
 
 
 def test_no_bound_on_a_requests_hold_is_a_valid_setting(settings) -> None:
     settings.SEMAPHORE_WEB_MAX_HOLD = None
     settings.SEMAPHORE_WEB_LEASE = 2.5
-    assert checks.check_app_settings() == []
+    assert app_settings_checked() == []
 
 
 def test_w002_rules_without_the_middleware(settings) -> None:
     settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "reports"}]
     [message] = checks.check_middleware_installed()
     assert message.id == "django_semaphore.W002"
-    settings.MIDDLEWARE = [*settings.MIDDLEWARE, checks.MIDDLEWARE_PATH]
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, web_checks.MIDDLEWARE_PATH]
     assert checks.check_middleware_installed() == []
 
 
 def test_w003_middleware_before_authentication(settings) -> None:
-    settings.MIDDLEWARE = [checks.MIDDLEWARE_PATH, *settings.MIDDLEWARE]
+    settings.MIDDLEWARE = [web_checks.MIDDLEWARE_PATH, *settings.MIDDLEWARE]
     assert ids(checks.check_middleware_installed()) == ["django_semaphore.W003"]
 
 
@@ -235,18 +249,18 @@ def test_e012_decorated_view_weight_above_the_declared_limit(settings) -> None:
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_e013_ratelimit_headers_must_be_a_bool(settings, value: object) -> None:
     settings.SEMAPHORE_RATELIMIT_HEADERS = value
-    messages = checks.check_app_settings()
+    messages = app_settings_checked()
     assert ids(messages) == ["django_semaphore.E013"] and "SEMAPHORE_RATELIMIT_HEADERS" in messages[0].msg
     with pytest.raises(SystemCheckError, match=r"django_semaphore\.E013"):
         run_check()
     settings.SEMAPHORE_RATELIMIT_HEADERS = True
-    assert checks.check_app_settings() == []
+    assert app_settings_checked() == []
 
 
 @pytest.mark.parametrize("value", ["myproject.redis.no_such_factory", "default", 6379])
 def test_e014_async_connection_must_be_a_callable_or_its_path(settings, value: object) -> None:
     settings.SEMAPHORE_ASYNC_CONNECTION = value
-    messages = checks.check_app_settings()
+    messages = app_settings_checked()
     assert ids(messages) == ["django_semaphore.E014"] and "SEMAPHORE_ASYNC_CONNECTION" in messages[0].msg
     with pytest.raises(SystemCheckError, match=r"django_semaphore\.E014"):
         run_check()
@@ -255,17 +269,17 @@ def test_e014_async_connection_must_be_a_callable_or_its_path(settings, value: o
 @pytest.mark.parametrize("value", [None, "django_semaphore.testing.free_port", print])
 def test_e014_accepts_none_a_callable_or_its_path(settings, value: object) -> None:
     settings.SEMAPHORE_ASYNC_CONNECTION = value
-    assert checks.check_app_settings() == []
+    assert app_settings_checked() == []
 
 
 def test_exempt_paths_may_be_one_regex_or_a_list(settings) -> None:
     for good in (r"^/healthz$", [r"^/healthz$", r"^/static/"], ()):
         settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = good
-        assert checks.check_app_settings() == []
+        assert app_settings_checked() == []
     settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = "(["
-    assert ids(checks.check_app_settings()) == ["django_semaphore.E010"]
+    assert ids(app_settings_checked()) == ["django_semaphore.E010"]
     settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = 42
-    [message] = checks.check_app_settings()
+    [message] = app_settings_checked()
     assert message.id == "django_semaphore.E010" and "list" in message.msg
 
 

@@ -15,7 +15,7 @@ import pytest
 from django.test import Client, RequestFactory
 
 from django_semaphore import get_semaphore
-from django_semaphore.request_keys import key_for
+from django_semaphore.web.partition_keys import key_for
 
 from .support.dual_stack import DualStackServer
 from .support.guards import declare, hold

@@ -8,7 +8,8 @@ import json
 import pytest
 from django.test import AsyncClient, Client
 
-from django_semaphore import SemaphoreFull, failure, get_semaphore, outcomes
+from django_semaphore import SemaphoreFull, get_semaphore, outcomes
+from django_semaphore.core import failure_policy
 from django_semaphore.signals import semaphore_released, semaphore_request_outcome
 
 from .support.guards import declare, hold, used
@@ -327,12 +328,12 @@ def test_a_weight_above_the_limit_in_force_is_answered_as_full(client: Client, c
     sitewide = get_semaphore("sitewide")
     sitewide.set_limit(2)  # the views take weight 3
     response = client.get("/surface/weighty/")
-    assert response.status_code == 503 and response["Retry-After"] == str(failure.ERROR_RETRY_AFTER)
+    assert response.status_code == 503 and response["Retry-After"] == str(failure_policy.ERROR_RETRY_AFTER)
     assert "whose limit is 2" in caplog.text and "as full" in caplog.text
 
     async def scenario() -> None:
         full = await AsyncClient().get("/surface/weighty-async/", headers={"Accept": "application/json"})
-        assert full.status_code == 503 and full.json()["retry_after"] == failure.ERROR_RETRY_AFTER
+        assert full.status_code == 503 and full.json()["retry_after"] == failure_policy.ERROR_RETRY_AFTER
 
     run(scenario())
     assert used("sitewide") == 0

@@ -14,9 +14,10 @@ import pytest
 import redis
 from django.core.cache import caches
 
-from django_semaphore import checks, redis_check
+from django_semaphore import checks
 from django_semaphore.core import cache_backends
 from django_semaphore.core.connection import get_async_client, get_client, socket_timeout
+from django_semaphore.ops import redis_check
 from django_semaphore.testing import RedisServer, free_port
 
 from .test_checks import ids

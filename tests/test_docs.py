@@ -38,10 +38,13 @@ import pytest
 from django.core.management import call_command, get_commands, load_command_class
 from django.test import override_settings
 
-from django_semaphore import checks, redis_check, response_log
+from django_semaphore import checks
 from django_semaphore.core.cache_backends import backend_kind
+from django_semaphore.core.checks import importable
 from django_semaphore.core.conf import APP_DEFAULTS, option_problems
-from django_semaphore.rules import rule_problems
+from django_semaphore.web import response_log
+from django_semaphore.web.conf import WEB_DEFAULTS
+from django_semaphore.web.rules import rule_problems
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -148,7 +151,7 @@ def test_settings_blocks_are_valid(block: Block, myproject: None) -> None:
         serious = [m for m in checks.check_connection() if m.is_serious()]
     assert serious == [], block.where
     if "SEMAPHORE_ASYNC_CONNECTION" in namespace:
-        assert checks._importable(namespace["SEMAPHORE_ASYNC_CONNECTION"]), block.where
+        assert importable(namespace["SEMAPHORE_ASYNC_CONNECTION"]), block.where
 
 
 @pytest.mark.parametrize("block", RUNNABLE, ids=ids(RUNNABLE))
@@ -309,13 +312,14 @@ def test_every_page_is_linked_from_readme() -> None:
 
 def test_every_check_and_setting_is_in_the_reference() -> None:
     listed = (DOCS / "reference" / "checks.md").read_text()
-    sources = (ROOT / "django_semaphore" / "checks.py").read_text() + inspect.getsource(redis_check)
-    defined = {f"E{int(n):03d}" for n in re.findall(r"_error\(\s*(\d+)", sources)}
-    defined |= {f"W{int(n):03d}" for n in re.findall(r"_warning\(\s*(\d+)", sources)}
+    rooms = ("core/checks.py", "web/checks.py", "dashboard/checks.py", "ops/redis_check.py", "ops/memory_check.py")
+    sources = "".join((ROOT / "django_semaphore" / room).read_text() for room in rooms)
+    defined = {f"E{int(n):03d}" for n in re.findall(r"\berror\(\s*(\d+)", sources)}
+    defined |= {f"W{int(n):03d}" for n in re.findall(r"\bwarning\(\s*(\d+)", sources)}
     defined |= set(re.findall(r"\.(E\d{3})\"", sources))
     assert defined and all(f"`{code}`" in listed or f".{code}`" in listed for code in defined)
     settings_page = (DOCS / "reference" / "settings.md").read_text()
-    for name in [*APP_DEFAULTS, response_log.SETTING]:
+    for name in [*APP_DEFAULTS, *WEB_DEFAULTS, response_log.SETTING]:
         assert f"| `{name}` |" in settings_page, name
 
 

@@ -17,7 +17,7 @@ from django.test import override_settings
 
 from django_semaphore import BackendUnavailable, Semaphore
 from django_semaphore.core.conf import SemaphoreConfig
-from django_semaphore.core.results import SemaphoreStatus
+from django_semaphore.core.replies import SemaphoreStatus
 from django_semaphore.testing import RedisServer, find_binary
 
 from .support import modes

@@ -17,8 +17,8 @@ from django_semaphore.core.flow import (
     acquire_flow,
     next_block,
 )
-from django_semaphore.core.keys import SemaphoreKeys
-from django_semaphore.core.results import FULL, GRANTED, HANDED, QUEUED
+from django_semaphore.core.redis_keys import SemaphoreKeys
+from django_semaphore.core.replies import FULL, GRANTED, HANDED, QUEUED
 
 NOW_MS = 1_000_000
 

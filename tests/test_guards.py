@@ -15,7 +15,7 @@ import redis
 from django.test import RequestFactory
 
 from django_semaphore import BackendUnavailable, SemaphoreFull, get_semaphore, limit
-from django_semaphore.request_keys import key_for
+from django_semaphore.web.partition_keys import key_for
 
 from .support import workers
 from .support.polling import wait_until

@@ -18,7 +18,7 @@ from redis.crc import key_slot
 
 from django_semaphore import Semaphore, get_semaphore
 from django_semaphore.core.conf import SemaphoreConfig, option_problems
-from django_semaphore.core.keys import NAME_PATTERN, SemaphoreKeys, check_prefix
+from django_semaphore.core.redis_keys import NAME_PATTERN, SemaphoreKeys, check_prefix
 
 from .support.raw import release_token, renew_token
 

@@ -13,7 +13,7 @@ import pytest
 from django.test import Client, RequestFactory
 
 from django_semaphore import get_semaphore
-from django_semaphore.request_keys import key_for
+from django_semaphore.web.partition_keys import key_for
 
 from .support.guards import declare, hold
 

@@ -17,6 +17,7 @@ from django.test import AsyncClient, Client
 from django_semaphore import Semaphore, get_semaphore
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.signals import semaphore_lost
+from django_semaphore.web.conf import request_lease
 
 from .support.guards import declare
 from .support.polling import wait_until
@@ -64,18 +65,18 @@ def test_a_request_gets_a_short_renewed_lease_and_a_fixed_hold_cap_by_default(se
     """A killed worker's permits come back within a short lease (renewal keeps a live request's), and a
     long export is not cut off after ten of them: the cap is a fixed duration."""
     config = SemaphoreConfig.from_options("web", {"limit": 1})
-    assert (config.lease, config.web_lease) == (60, 10)  # non-web callers keep SEMAPHORE_DEFAULT_LEASE
-    assert config.max_hold is None and config.web_max_hold == 600
-    explicit = SemaphoreConfig.from_options("web", {"limit": 1, "lease": 3})
-    assert (explicit.web_lease, explicit.web_max_hold) == (3, 600)
-    assert SemaphoreConfig.from_options("web", {"limit": 1, "max_hold": None}).web_max_hold is None
-    assert SemaphoreConfig.from_options("web", {"limit": 1, "max_hold": 30}).web_max_hold == 30
+    assert (config.lease, request_lease(config).lease) == (60, 10)  # non-web callers keep SEMAPHORE_DEFAULT_LEASE
+    assert config.max_hold is None and request_lease(config).max_hold == 600
+    explicit = request_lease(SemaphoreConfig.from_options("web", {"limit": 1, "lease": 3}))
+    assert (explicit.lease, explicit.max_hold) == (3, 600)
+    assert request_lease(SemaphoreConfig.from_options("web", {"limit": 1, "max_hold": None})).max_hold is None
+    assert request_lease(SemaphoreConfig.from_options("web", {"limit": 1, "max_hold": 30})).max_hold == 30
     # Nothing renews a permit without auto_renew: a request keeps the whole lease it was given.
-    assert SemaphoreConfig.from_options("web", {"limit": 1, "auto_renew": False}).web_lease == 60
+    assert request_lease(SemaphoreConfig.from_options("web", {"limit": 1, "auto_renew": False})).lease == 60
     settings.SEMAPHORE_WEB_LEASE = 5
     settings.SEMAPHORE_WEB_MAX_HOLD = None
-    tuned = SemaphoreConfig.from_options("web", {"limit": 1})
-    assert (tuned.web_lease, tuned.web_max_hold) == (5, None)
+    tuned = request_lease(SemaphoreConfig.from_options("web", {"limit": 1}))
+    assert (tuned.lease, tuned.max_hold) == (5, None)
 
 
 @pytest.mark.django_db  # close() sends request_finished, which tidies database connections

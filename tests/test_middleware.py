@@ -9,7 +9,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, Client
 
-from django_semaphore import failure, get_semaphore, outcomes
+from django_semaphore import get_semaphore, outcomes
+from django_semaphore.core import failure_policy
 from django_semaphore.signals import semaphore_released
 
 from .support.guards import hold, used, with_middleware
@@ -269,7 +270,7 @@ def test_a_rule_heavier_than_the_limit_in_force_is_answered_as_full(client: Clie
     rules(settings, {"semaphore": "guarded"}, {"semaphore": "sitewide", "weight": 3})
     get_semaphore("sitewide").set_limit(2)
     response = client.get("/surface/both/")
-    assert response.status_code == 503 and response["Retry-After"] == str(failure.ERROR_RETRY_AFTER)
+    assert response.status_code == 503 and response["Retry-After"] == str(failure_policy.ERROR_RETRY_AFTER)
     assert "whose limit is 2" in caplog.text
     assert (asyncio.run(AsyncClient().get("/surface/plain-async/"))).status_code == 503
     assert used() == 0 and used("sitewide") == 0
@@ -307,7 +308,7 @@ def test_a_paused_semaphore_answers_503_with_its_own_retry_after(client: Client,
 
 
 def test_rules_are_parsed_once_and_again_when_the_setting_changes(client: Client, settings) -> None:
-    from django_semaphore.rules import active_rules
+    from django_semaphore.web.rules import active_rules
 
     rules(settings, {"semaphore": "guarded", "path": r"^/surface/plain/$"})
     first = active_rules()

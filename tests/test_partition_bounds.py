@@ -25,10 +25,11 @@ from django.test import Client
 from django.urls import reverse
 
 from django_semaphore import TooManyPartitions, get_semaphore, outcomes
-from django_semaphore.core import overview, registry
+from django_semaphore.core import registry
 from django_semaphore.core.bounded import NO_DEADLINE
 from django_semaphore.core.connection import get_client
 from django_semaphore.core.renewal import renewer
+from django_semaphore.ops import overview
 from django_semaphore.testing import RedisServer
 
 from .support import workers

@@ -20,7 +20,7 @@ from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.connection import get_client
 from django_semaphore.core.drivers import drive
 from django_semaphore.core.flow import acquire_flow
-from django_semaphore.core.results import AcquireReply
+from django_semaphore.core.replies import AcquireReply
 
 from .support.polling import wait_until
 from .support.raw import renew_token

@@ -19,8 +19,9 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import AsyncClient
 
-from django_semaphore import get_semaphore, redis_check
+from django_semaphore import get_semaphore
 from django_semaphore.core.connection import get_async_client
+from django_semaphore.ops import redis_check
 from django_semaphore.testing import RedisServer, find_binary
 
 from .conftest import OWN_SERVER_TIMEOUTS

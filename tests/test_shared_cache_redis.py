@@ -22,7 +22,7 @@ import redis
 
 from django_semaphore import Permit, get_semaphore, signals
 from django_semaphore.core.semaphore import Semaphore
-from django_semaphore.memory_check import check_eviction_policy
+from django_semaphore.ops.memory_check import check_eviction_policy
 from django_semaphore.testing import RedisServer
 
 from .conftest import OWN_SERVER_TIMEOUTS

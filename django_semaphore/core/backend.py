@@ -12,11 +12,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from .. import signals
-from ..exceptions import BackendUnavailable
-from . import errors, scripts
+from . import errors, scripts, signals
 from .calls import ScriptCall
 from .connection import aclient, get_client
+from .errors import BackendUnavailable
 from .outages import outage_log
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import SemaphoreKeys
+from .redis_keys import SemaphoreKeys
 
 
 @dataclass(frozen=True)

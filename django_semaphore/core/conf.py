@@ -1,5 +1,5 @@
-"""Settings: ``SEMAPHORES`` declares the named semaphores; flat ``SEMAPHORE_*``
-settings hold app-wide defaults.
+"""The engine's settings: ``SEMAPHORES`` declares the named semaphores; flat ``SEMAPHORE_*``
+settings hold app-wide defaults (the request path's own are in ``web/conf.py``).
 
 Each declared semaphore is validated and parsed once, on first use, into a
 ``SemaphoreConfig`` that is cached until a setting changes (Django sends
@@ -20,8 +20,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
 from .adaptive import AdaptiveLimit, adaptive_problems, is_adaptive, keyed_problem, unknown_in_limit
-from .keys import check_name, check_prefix
 from .options import unknown_problems, warn_unknown
+from .redis_keys import check_name, check_prefix
 
 ON_ERROR_CHOICES = ("allow", "deny")
 
@@ -31,20 +31,7 @@ APP_DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_KEY_PREFIX": "semaphore:",
     "SEMAPHORE_ON_ERROR": "allow",
     "SEMAPHORE_DEFAULT_LEASE": 60.0,
-    # Requests (the decorator and the middleware): a short lease, renewed while the request lives,
-    # so a killed worker's permits come back soon; and a fixed bound on how long one request holds.
-    "SEMAPHORE_WEB_LEASE": 10.0,
-    "SEMAPHORE_WEB_MAX_HOLD": 600.0,
     "SEMAPHORE_WAITER_TTL": 1.0,
-    # The Django surface: request keys, the 503 response, the middleware.
-    "SEMAPHORE_VIEW": None,
-    "SEMAPHORE_IP_META_KEY": "REMOTE_ADDR",
-    "SEMAPHORE_TRUSTED_PROXIES": 1,
-    "SEMAPHORE_IPV6_PREFIX": 64,
-    "SEMAPHORE_MIDDLEWARE_RULES": [],
-    "SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS": [],
-    "SEMAPHORE_MIDDLEWARE_BYPASS": None,
-    "SEMAPHORE_RATELIMIT_HEADERS": False,
     # Seconds a keyed semaphore's partition keeps its keys after its last lease ends.
     "SEMAPHORE_PARTITION_IDLE": 86400.0,
     # Seconds between two summaries of a Redis outage in one process's log (core/outages.py).
@@ -53,7 +40,7 @@ APP_DEFAULTS: dict[str, Any] = {
 
 
 def app_setting(name: str) -> Any:
-    """One ``SEMAPHORE_*`` setting, or its default."""
+    """One of the engine's ``SEMAPHORE_*`` settings, or its default."""
     return getattr(settings, name, APP_DEFAULTS[name])
 
 
@@ -210,10 +197,8 @@ class SemaphoreConfig:
     # First come, first served (the default), or a free permit to whoever asks first.
     fair: bool = True
     # Seconds a permit may be held at most (renewal stops there); None: no bound.
-    # `web_lease` and `web_max_hold` are what the decorator and the middleware use.
+    # A request's lease and hold cap are worked out from these on the request path (web/conf.py).
     max_hold: float | None = None
-    web_lease: float = 10.0
-    web_max_hold: float | None = None
     # Seconds a partition's keys outlive its last lease.
     partition_idle: float = 86400.0
     # Keyed semaphores: idle partitions kept at once; past it the oldest idle ones are evicted.
@@ -234,13 +219,7 @@ class SemaphoreConfig:
             warn_unknown(where, found, known)  # a rolling deploy: a newer release's option, ignored here
         lease = float(options.get("lease", app_setting("SEMAPHORE_DEFAULT_LEASE")))
         auto_renew = bool(options.get("auto_renew", True))
-        # A request's permit is renewed while the request lives, so its lease only says how long a
-        # killed worker's permit stays taken; without renewal it must cover the whole request.
-        web_lease = lease if "lease" in options or not auto_renew else float(app_setting("SEMAPHORE_WEB_LEASE"))
         max_hold = None if options.get("max_hold") is None else float(options["max_hold"])
-        # Requests are bounded even when nothing is set; an explicit None lifts the bound.
-        web_cap = app_setting("SEMAPHORE_WEB_MAX_HOLD")
-        web_max_hold = max_hold if "max_hold" in options else None if web_cap is None else float(web_cap)
         adaptive = AdaptiveLimit.from_spec(options["limit"]["adaptive"]) if is_adaptive(options["limit"]) else None
         return cls(
             name=name,
@@ -258,8 +237,6 @@ class SemaphoreConfig:
             replica_timeout=float(options.get("replica_timeout", 0.1)),
             fair=options.get("fair", True),
             max_hold=max_hold,
-            web_lease=web_lease,
-            web_max_hold=web_max_hold,
             partition_idle=float(app_setting("SEMAPHORE_PARTITION_IDLE")),
             max_partitions=options.get("max_partitions"),
         )

@@ -43,7 +43,7 @@ from .errors import OUTAGE_ERRORS as OUTAGE_ERRORS  # re-exported: classify with
 from .errors import is_outage
 from .flow import Acquire, AcquireRequest, Block, Confirm, Flow, Woken
 from .renewal import renewer
-from .results import AcquireReply
+from .replies import AcquireReply
 
 # How much later than asked a precise wait may end before the driver stops waiting for Redis.
 LATE_WAIT_GRACE = 0.01

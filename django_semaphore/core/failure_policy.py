@@ -1,28 +1,33 @@
-"""What a guarded request does when Redis cannot be reached.
+"""What guarded work (a request, a ``@limit`` call, a task) does when Redis cannot be reached.
 
 Each semaphore chooses with its ``on_error`` option (default
 ``SEMAPHORE_ON_ERROR``, itself ``"allow"``):
 
-- ``"allow"`` (fail open): the request runs unguarded. Right when the limit
+- ``"allow"`` (fail open): the work runs unguarded. Right when the limit
   protects capacity that is usually fine, and an outage of Redis must not
   become an outage of the site.
-- ``"deny"`` (fail closed): the request gets the 503. Right when running
+- ``"deny"`` (fail closed): a request gets the 503, a ``@limit`` call
+  ``BackendUnavailable``, a task a retry. Right when running
   unguarded would do harm (a licence seat count, an API that bills per
   concurrent call, work that corrupts data when duplicated).
 
-Either way ``semaphore_backend_error`` has already been sent by the core,
-the outcome is counted in ``outcomes``, and the outage is logged as an event
+Either way ``semaphore_backend_error`` has already been sent by the engine,
+a request's outcome is counted in ``outcomes``, and the outage is logged as an event
 (a record when it starts, a summary per interval, a record when it ends:
 ``core/outages.py``), never a line per request. A hung
 Redis costs a request at most the client's socket timeouts, so keep them
 short (docs/guides/failure-policy.md). Dry-run rules always let the request run.
+
+A release that meets an outage is not refused work but bookkeeping: it is
+counted in the same log and retried in the background (``give_back``).
 """
 
 from __future__ import annotations
 
-from .core.outages import LET_THROUGH, REFUSED, outage_log
-from .core.semaphore import Semaphore
-from .exceptions import BackendUnavailable
+from .conf import SemaphoreConfig
+from .errors import BackendUnavailable
+from .outages import LET_THROUGH, REFUSED, RELEASE, outage_log
+from .permit import Permit
 
 ALLOW, DENY = "allow", "deny"
 # Seconds a client is asked to wait when a fail-closed semaphore cannot
@@ -30,12 +35,41 @@ ALLOW, DENY = "allow", "deny"
 ERROR_RETRY_AFTER = 5
 
 
-def policy(semaphore: Semaphore, *, dry_run: bool = False) -> str:
-    return ALLOW if dry_run else semaphore.config.on_error
+def let_through(config: SemaphoreConfig, error: BackendUnavailable, *, where: str, dry_run: bool = False) -> bool:
+    """Apply the semaphore's policy to an outage; True when the work may run unguarded.
 
-
-def on_backend_error(semaphore: Semaphore, error: BackendUnavailable, *, path: str, dry_run: bool = False) -> bool:
-    """Apply the semaphore's policy to an outage; True when the request may run (``path`` is the request's)."""
-    allowed = policy(semaphore, dry_run=dry_run) == ALLOW
-    outage_log.unavailable(semaphore.name, error, LET_THROUGH if allowed else REFUSED, where=path)
+    ``where`` names the work for the outage log (a request's path, a
+    function's label).
+    """
+    allowed = dry_run or config.on_error == ALLOW
+    outage_log.unavailable(config.name, error, LET_THROUGH if allowed else REFUSED, where=where)
     return allowed
+
+
+def give_back(permit: Permit | None) -> BackendUnavailable | None:
+    """Release; an outage is only counted, since the release is retried in the background (its lease ends it
+    at the latest).
+
+    Raising would replace what the guarded work returned or raised with an
+    error about bookkeeping that already has a fallback. The outage is
+    returned: a request spares its other calls a hung Redis (web/admission.py).
+    """
+    if permit is None:
+        return None
+    try:
+        permit.release()
+    except BackendUnavailable as exc:
+        outage_log.unavailable(permit.name, exc, RELEASE)
+        return exc
+    return None
+
+
+async def agive_back(permit: Permit | None) -> BackendUnavailable | None:
+    if permit is None:
+        return None
+    try:
+        await permit.arelease()
+    except BackendUnavailable as exc:
+        outage_log.unavailable(permit.name, exc, RELEASE)
+        return exc
+    return None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .calls import Calls, ScriptCall
-from .results import FULL, QUEUED, TOO_LATE, AcquireReply, Grant, RenewReply
+from .replies import FULL, QUEUED, TOO_LATE, AcquireReply, Grant, RenewReply
 
 # Never block for less: BLPOP treats 0 as "forever".
 MIN_BLOCK = 0.001

@@ -30,9 +30,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from ..safe_text import for_log
 from .conf import app_setting, config_for
 from .errors import reason
+from .safe_text import for_log
 
 logger = logging.getLogger("django_semaphore.outages")
 

@@ -8,13 +8,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import signals
-from . import backend, vanished
+from . import backend, signals, vanished
 from .adaptive import release_reply
 from .calls import Calls
 from .conf import MAX_SECONDS
 from .renewal import renewer
-from .results import RenewReply, SemaphoreStatus
+from .replies import RenewReply, SemaphoreStatus
 
 logger = logging.getLogger("django_semaphore.permits")
 

@@ -34,6 +34,12 @@ def check_prefix(prefix: object) -> str:
     return prefix
 
 
+# A key function's value is namespaced as a view's key function's is (web/partition_keys.py, guards.py):
+# a view and a function keyed by the same value share a partition, and no value passes for
+# another kind's, such as a view's "user:42".
+CUSTOM = "custom:"
+
+
 def hash_partition(value: object) -> str:
     """A fixed-length digest of a partition value, safe to put in a key."""
     text = value if isinstance(value, str) else repr(value) if not isinstance(value, int) else str(value)

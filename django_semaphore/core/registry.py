@@ -36,7 +36,7 @@ from . import bounded, scripts
 from .bounded import Deadline
 from .calls import Calls, ScriptCall
 from .conf import SemaphoreConfig, app_setting, key_prefix
-from .keys import SemaphoreKeys
+from .redis_keys import SemaphoreKeys
 from .renewal import renewer
 
 LABEL_LIMIT = 200

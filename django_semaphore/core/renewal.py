@@ -29,14 +29,13 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..exceptions import BackendUnavailable
+from . import scripts
+from .calls import ScriptCall
+from .connection import get_client
+from .errors import BackendUnavailable, is_outage
 from .outages import RENEWAL, outage_log
-
-if TYPE_CHECKING:
-    from .calls import ScriptCall
-    from .permit import Permit
 
 logger = logging.getLogger("django_semaphore.renewal")
 
@@ -49,6 +48,24 @@ MAX_PENDING = 10_000
 # renewal is due later than that (any lease of 3 s or more) is then tracked without waking it, so
 # a request's permit does not pay a thread switch (and the GIL changing hands) on the way in.
 LOOK_EVERY = 1.0
+
+
+class Renewable(Protocol):
+    """What this thread needs of a permit (core/permit.py's ``Permit``).
+
+    Named here, so that permit.py imports this module and this one knows no
+    permit class: no import cycle, not even a type-only one.
+    """
+
+    name: str
+    final: bool
+    expires_at: float
+
+    def renew(self) -> bool: ...
+
+    def next_renewal(self) -> float: ...
+
+    def mark_lost(self, reason: str = "expired") -> None: ...
 
 
 @dataclass
@@ -72,7 +89,7 @@ class Background:
     def _reset(self) -> None:
         # Weak: a permit its owner dropped without releasing is no longer
         # renewed, so the server reclaims it when its lease ends.
-        self._due: weakref.WeakKeyDictionary[Permit, float] = weakref.WeakKeyDictionary()
+        self._due: weakref.WeakKeyDictionary[Renewable, float] = weakref.WeakKeyDictionary()
         self._pending: deque[Settlement] = deque()
         self._wakeup = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -83,21 +100,21 @@ class Background:
 
     # -- renewal ----------------------------------------------------------
 
-    def track(self, permit: Permit, *, soon: bool = False) -> None:
+    def track(self, permit: Renewable, *, soon: bool = False) -> None:
         """Renew ``permit`` every third of its lease (``soon``: first at once)."""
         self._schedule(permit, time.monotonic() if soon else permit.next_renewal())
 
-    def reschedule(self, permit: Permit) -> None:
+    def reschedule(self, permit: Renewable) -> None:
         """Its lease length changed: renew on the new schedule, if this thread renews it at all."""
         with self._wakeup:  # reentrant: _schedule takes it too, and a forget() cannot slip in between
             if permit in self._due:
                 self._schedule(permit, permit.next_renewal())
 
-    def forget(self, permit: Permit) -> None:
+    def forget(self, permit: Renewable) -> None:
         with self._wakeup:
             self._due.pop(permit, None)
 
-    def _schedule(self, permit: Permit, at: float) -> None:
+    def _schedule(self, permit: Renewable, at: float) -> None:
         with self._wakeup:
             self._due[permit] = at
             self._ensure_thread()
@@ -146,7 +163,7 @@ class Background:
             if settle:
                 self._settle()
 
-    def _renew(self, due: list[Permit]) -> None:
+    def _renew(self, due: list[Renewable]) -> None:
         for permit in due:
             if permit.final and time.monotonic() >= permit.expires_at:
                 permit.mark_lost(reason="max_hold")
@@ -169,10 +186,6 @@ class Background:
 
     def _settle(self) -> None:
         """Run the due clean-ups in order; the first outage postpones the rest (they would fail too)."""
-        from . import scripts
-        from .connection import get_client
-        from .errors import is_outage
-
         while True:
             now = time.monotonic()
             with self._wakeup:

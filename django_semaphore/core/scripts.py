@@ -42,6 +42,7 @@ from typing import Any
 
 from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
+from . import __version__
 from .calls import ScriptCall
 from .errors import is_outage
 
@@ -91,8 +92,6 @@ def _operation_function(operation: str) -> str:
 
 
 def app_version() -> str:
-    from .. import __version__
-
     return __version__
 
 

@@ -14,20 +14,19 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from .. import signals
-from ..exceptions import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit, WeightMismatch
-from . import backend, bounded, registry, scripts, vanished
+from . import backend, bounded, registry, scripts, signals, vanished
 from .bounded import Deadline
 from .calls import Calls
 from .cancel import CancellableClock, watching
 from .conf import MAX_LIMIT, MAX_SECONDS, SemaphoreConfig, config_for, declared, key_prefix
 from .connection import aclient, get_client, socket_timeout
 from .drivers import OUTAGE_ERRORS, ReplicaConfirmation, adrive, drive, server_clock
+from .errors import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit, WeightMismatch
 from .flow import AcquireRequest, acquire_flow
-from .keys import SemaphoreKeys, hash_partition
 from .permit import Permit
+from .redis_keys import SemaphoreKeys, hash_partition
 from .renewal import renewer
-from .results import FULL, OTHER_WEIGHT, TOO_HEAVY, TOO_LATE, AcquireReply, SemaphoreStatus, retry_after_seconds
+from .replies import FULL, OTHER_WEIGHT, TOO_HEAVY, TOO_LATE, AcquireReply, SemaphoreStatus, retry_after_seconds
 from .tokens import holder_metadata, identity_token, new_nonce, new_token
 
 __all__ = ["OUTAGE_ERRORS", "PAUSED_RETRY_AFTER", "Attempt", "Semaphore", "all_semaphores", "get_semaphore"]

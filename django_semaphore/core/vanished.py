@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .. import signals
+from . import signals
 
 logger = logging.getLogger("django_semaphore.keys")
 

@@ -27,10 +27,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from ..ascii_numbers import ascii_int
+from ..core.ascii_numbers import ascii_int
 from ..core.conf import MAX_LIMIT
 from ..core.errors import OUTAGE_ERRORS, is_refusal, reason
-from ..core.overview import (
+from ..core.replies import Holder
+from ..core.safe_text import for_terminal
+from ..core.semaphore import PAUSED_RETRY_AFTER, Semaphore, get_semaphore
+from ..exceptions import BackendUnavailable, UnknownSemaphore
+from ..ops.overview import (
     MAX_PARTITIONS,
     SCHEMA_VERSION,
     duration,
@@ -40,12 +44,8 @@ from ..core.overview import (
     overview,
     summary,
 )
-from ..core.results import Holder
-from ..core.semaphore import PAUSED_RETRY_AFTER, Semaphore, get_semaphore
-from ..exceptions import BackendUnavailable, UnknownSemaphore
-from ..pausing import pause, resume
-from ..safe_text import for_terminal
-from ..usage import dry_run_only
+from ..ops.pausing import pause, resume
+from ..web.usage import dry_run_only
 from .chart import HEIGHT, WIDTH, utilisation_chart
 
 if TYPE_CHECKING:

@@ -14,10 +14,10 @@ from django.core.management.base import CommandError
 from redis.exceptions import RedisError
 
 from ..core.errors import is_outage, is_refusal, reason
-from ..core.overview import expand, partition_of
+from ..core.safe_text import for_terminal
 from ..core.semaphore import Semaphore, get_semaphore
 from ..exceptions import BackendUnavailable, UnknownSemaphore
-from ..safe_text import for_terminal
+from ..ops.overview import expand, partition_of
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from . import scripts
+from ..core import scripts
 
 _VERSION = re.compile(r"^-- django-semaphore (\S+)$", re.M)
 

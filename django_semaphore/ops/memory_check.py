@@ -32,15 +32,15 @@ from urllib.parse import urlparse
 
 import redis
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Info, Warning, register
+from django.core.checks import CheckMessage, Error, Info, Warning
 from django.core.exceptions import ImproperlyConfigured
 from redis.cluster import RedisCluster
 
-from .checks import APP, check_app_settings, check_connection
-from .core.conf import app_setting
-from .core.connection import get_client
-from .core.errors import is_outage, reason
-from .redis_check import REDIS_TAG
+from ..core.checks import APP
+from ..core.conf import app_setting
+from ..core.connection import get_client
+from ..core.errors import is_outage, reason
+from .redis_check import settings_sound
 
 EVICTS_ANY_KEY = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 EVICTS_EXPIRING_KEYS = ("volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl")
@@ -51,9 +51,8 @@ HINT = (
 )
 
 
-@register(APP, REDIS_TAG, deploy=True)
 def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    if any(message.is_serious() for message in (*check_connection(), *check_app_settings())):
+    if not settings_sound():
         return []  # a wrong connection setting is reported by its own check
     try:
         client = get_client()
@@ -150,7 +149,7 @@ def _keyed_semaphores() -> list[str]:
     """Names of the semaphores that make partitions: keyed in SEMAPHORES or by a middleware rule."""
     declared = getattr(settings, "SEMAPHORES", None) or {}
     names = [name for name, options in declared.items() if isinstance(options, Mapping) and options.get("key")]
-    rules = app_setting("SEMAPHORE_MIDDLEWARE_RULES") or []
+    rules = getattr(settings, "SEMAPHORE_MIDDLEWARE_RULES", None) or []
     for rule in rules if isinstance(rules, (list, tuple)) else []:
         if isinstance(rule, Mapping) and rule.get("key") and rule.get("semaphore") not in names:
             names.append(str(rule.get("semaphore")))

@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
-from .conf import declared
-from .results import COUNTERS, Holder, SemaphoreStatus
-from .semaphore import Semaphore, get_semaphore
+from ..core.conf import declared
+from ..core.replies import COUNTERS, Holder, SemaphoreStatus
+from ..core.semaphore import Semaphore, get_semaphore
 
 SCHEMA_VERSION = 1
 BUSIEST = 5

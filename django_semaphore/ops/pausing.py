@@ -13,7 +13,7 @@ another limit, set that limit: any limit of 1 or more ends a pause too.
 
 from __future__ import annotations
 
-from .core.semaphore import Semaphore
+from ..core.semaphore import Semaphore
 
 
 def is_paused(sem: Semaphore) -> bool:

@@ -1,6 +1,6 @@
 """E015: the engine's own operations work through ``SEMAPHORE_CONNECTION``.
 
-Registered as a deployment check: Django runs every other check before
+Registered (by ``django_semaphore/checks.py``) as a deployment check: Django runs every other check before
 ``migrate``, ``makemigrations``, ``runserver`` and the tests, and those must
 work on a laptop with no Redis running. So it runs on ``manage.py check
 --deploy``, and alone with ``manage.py check --deploy --tag django_semaphore_redis``.
@@ -23,13 +23,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error
 
-from .checks import APP, check_app_settings, check_connection
-from .core.conf import SemaphoreConfig, app_setting
-from .core.errors import is_refusal, reason
-from .core.semaphore import Semaphore
-from .exceptions import BackendUnavailable
+from ..core.checks import APP, check_connection, check_engine_settings
+from ..core.conf import SemaphoreConfig, app_setting
+from ..core.errors import BackendUnavailable, is_refusal, reason
+from ..core.semaphore import Semaphore
 
 REDIS_TAG = "django_semaphore_redis"
 PROBE_NAME = "deploy-check"
@@ -42,9 +41,13 @@ ACL_HINT = (
 )
 
 
-@register(APP, REDIS_TAG, deploy=True)
+def settings_sound() -> bool:
+    """The engine's connection and settings pass their own checks: a wrong one is reported there, not here."""
+    return not any(message.is_serious() for message in (*check_connection(), *check_engine_settings()))
+
+
 def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    if any(message.is_serious() for message in (*check_connection(), *check_app_settings())):
+    if not settings_sound():
         return []  # a wrong connection or prefix setting is reported by its own check
     step = "connect"
     try:

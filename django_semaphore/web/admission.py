@@ -19,14 +19,17 @@ import redis.exceptions
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
-from . import failure, outcomes
-from .core.permit import Permit
-from .core.semaphore import Attempt, Semaphore, get_semaphore
-from .exceptions import BackendUnavailable, SemaphoreFull, WeightAboveLimit
-from .guards import agive_back, give_back
+from ..core import failure_policy
+from ..core.errors import BackendUnavailable, SemaphoreFull, WeightAboveLimit
+from ..core.failure_policy import agive_back, give_back
+from ..core.permit import Permit
+from ..core.renewal import renewer
+from ..core.safe_text import for_log
+from ..core.semaphore import Attempt, Semaphore, get_semaphore
+from . import request_outcomes
+from .conf import request_lease
+from .partition_keys import NOT_LIMITED, akey_for, key_for
 from .request_body import must_read_ahead, read_ahead
-from .request_keys import NOT_LIMITED, akey_for, key_for
-from .safe_text import for_log
 
 logger = logging.getLogger("django_semaphore.requests")
 
@@ -86,7 +89,7 @@ class Admission:
 
     @property
     def limited(self) -> bool:
-        return self.outcome in (outcomes.FULL, outcomes.DRY_RUN_FULL, outcomes.ERROR_DENIED)
+        return self.outcome in (request_outcomes.FULL, request_outcomes.DRY_RUN_FULL, request_outcomes.ERROR_DENIED)
 
     @property
     def rejected(self) -> bool:
@@ -96,8 +99,8 @@ class Admission:
     @property
     def retry_after(self) -> int:
         # An outage, or a weight above the limit in force, has no lease to measure.
-        if self.outcome == outcomes.ERROR_DENIED or (self.limited and self.attempt is None):
-            return failure.ERROR_RETRY_AFTER
+        if self.outcome == request_outcomes.ERROR_DENIED or (self.limited and self.attempt is None):
+            return failure_policy.ERROR_RETRY_AFTER
         return self.attempt.retry_after if self.attempt is not None else 0
 
     def exception(self) -> SemaphoreFull | BackendUnavailable:
@@ -145,16 +148,17 @@ def _options(
     request: HttpRequest, semaphore: Semaphore, mode: str, wait: float | None, weight: int | None
 ) -> dict[str, Any]:
     label = f"{request.method} {request.path}"[:LABEL_LIMIT]
+    held = request_lease(semaphore.config)
     return {
         # A dry run must not change latency, so it never waits in line.
         "wait": 0 if mode == DRY_RUN else wait,
         "weight": weight,
         # Short, and renewed while the request lives: a killed worker's permit is back within it.
-        "lease": semaphore.config.web_lease,
+        "lease": held.lease,
         "label": label,
         "metadata": {"path": request.path[:LABEL_LIMIT], "method": request.method},
         # A request never holds a permit for good (a client that stops reading a stream).
-        "max_hold": semaphore.config.web_max_hold,
+        "max_hold": held.max_hold,
     }
 
 
@@ -174,16 +178,16 @@ def _decide(
         "hung": _hung(request),
     }
     if error is not None:
-        allowed = failure.on_backend_error(semaphore, error, path=request.path, dry_run=mode == DRY_RUN)
-        outcome = outcomes.ERROR_ALLOWED if allowed else outcomes.ERROR_DENIED
+        allowed = failure_policy.let_through(semaphore.config, error, where=request.path, dry_run=mode == DRY_RUN)
+        outcome = request_outcomes.ERROR_ALLOWED if allowed else request_outcomes.ERROR_DENIED
         admission = Admission(outcome=outcome, error=None if allowed else error, **common)
     elif attempt is not None and attempt.permit is not None:
-        admission = Admission(outcome=outcomes.ACQUIRED, permit=attempt.permit, attempt=attempt, **common)
+        admission = Admission(outcome=request_outcomes.ACQUIRED, permit=attempt.permit, attempt=attempt, **common)
     elif mode == DRY_RUN:
         logger.info("Dry run: semaphore %r is full; would reject %s", semaphore.name, _request_line(request))
-        admission = Admission(outcome=outcomes.DRY_RUN_FULL, attempt=attempt, **common)
+        admission = Admission(outcome=request_outcomes.DRY_RUN_FULL, attempt=attempt, **common)
     else:
-        admission = Admission(outcome=outcomes.FULL, attempt=attempt, **common)
+        admission = Admission(outcome=request_outcomes.FULL, attempt=attempt, **common)
     return _noted(request, admission)
 
 
@@ -204,7 +208,7 @@ def _request_line(request: HttpRequest) -> str:
 
 
 def _noted(request: HttpRequest, admission: Admission) -> Admission:
-    outcomes.record(
+    request_outcomes.record(
         admission.name, admission.outcome, partition=admission.partition, mode=admission.mode, request=request
     )
     seen = getattr(request, "semaphores", None)
@@ -234,7 +238,7 @@ def admit(
     value = key_for(request, whole.config.key if key is None else key)
     semaphore = _partition(whole, value)
     if semaphore is None:
-        return skipped(request, name, outcomes.NOT_LIMITED, mode)
+        return skipped(request, name, request_outcomes.NOT_LIMITED, mode)
     read_ahead(request)  # a slow sender holds no permit while its body arrives
     hung = _hung(request)
     if hung.error is not None:
@@ -265,7 +269,7 @@ async def aadmit(
     value = await akey_for(request, whole.config.key if key is None else key)
     semaphore = _partition(whole, value)
     if semaphore is None:
-        return skipped(request, name, outcomes.NOT_LIMITED, mode)
+        return skipped(request, name, request_outcomes.NOT_LIMITED, mode)
     if must_read_ahead(request):  # an async view under WSGI; never under ASGI, which has read the body
         await sync_to_async(read_ahead)(request)
     hung = _hung(request)
@@ -337,8 +341,6 @@ async def arelease_all(admissions: Sequence[Admission]) -> None:
 
 def _abandoned(admissions: Sequence[Admission]) -> None:
     """A streaming response was dropped without being closed: stop renewing, let leases end."""
-    from .core.renewal import renewer
-
     for admission in admissions:
         if admission.permit is not None and not admission._released:
             logger.warning("A response holding %r was never closed; its lease will end it.", admission.permit)

@@ -25,9 +25,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
+from ..core.redis_keys import CUSTOM
 from .addresses import client_network, parse_address
-from .core.conf import app_setting
-from .guards import CUSTOM
+from .conf import web_setting
 
 KeyFunction = Callable[[HttpRequest], Any]
 SIMPLE_KINDS = ("ip", "user", "user_or_ip")
@@ -62,7 +62,7 @@ def client_chosen(spec: object) -> bool:
     if isinstance(spec, str) and spec.startswith(PREFIXED_KINDS):
         return True
     if spec in ("ip", "user_or_ip"):
-        source = app_setting("SEMAPHORE_IP_META_KEY")
+        source = web_setting("SEMAPHORE_IP_META_KEY")
         return isinstance(source, str) and source.startswith("HTTP_")
     return False
 
@@ -79,7 +79,7 @@ def client_ip(request: HttpRequest) -> str | None:
     An entry that is no address is keyed as the connecting address: a client
     writing nonsense there must not get a fresh partition for each request.
     """
-    source = app_setting("SEMAPHORE_IP_META_KEY")
+    source = web_setting("SEMAPHORE_IP_META_KEY")
     if callable(source) or (isinstance(source, str) and "." in source):
         function = source if callable(source) else import_string(source)
         raw = function(request)
@@ -90,13 +90,13 @@ def client_ip(request: HttpRequest) -> str | None:
     entries = [entry.strip() for entry in str(raw).split(",") if entry.strip()]
     if not entries:
         return None
-    depth = max(int(app_setting("SEMAPHORE_TRUSTED_PROXIES")), 1)
+    depth = max(int(web_setting("SEMAPHORE_TRUSTED_PROXIES")), 1)
     connecting = str(request.META.get("REMOTE_ADDR") or "")
     address = parse_address(entries[-min(depth, len(entries))]) or parse_address(connecting)
     if address is None:
         # Not an IP at all (a unix socket's name): the server wrote it, so it is the same for every request.
         return connecting or None
-    return client_network(address, int(app_setting("SEMAPHORE_IPV6_PREFIX")))
+    return client_network(address, int(web_setting("SEMAPHORE_IPV6_PREFIX")))
 
 
 def _user_key(user: Any) -> str | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest
 
-from .ascii_numbers import ascii_int
+from ..core.ascii_numbers import ascii_int
 
 # Django's own default for DATA_UPLOAD_MAX_MEMORY_SIZE: what is read ahead when a site set None (no limit).
 DJANGO_DEFAULT_MEMORY_SIZE = 2_621_440

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from . import signals
+from ..core import signals
 
 ACQUIRED = "acquired"  # a permit was taken and is held for the response
 FULL = "full"  # no permit within the wait: rejected (or, in dry-run, would have been)

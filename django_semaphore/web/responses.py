@@ -22,9 +22,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.template import loader
 from django.utils.module_loading import import_string
 
-from .core.conf import app_setting, declared
-from .exceptions import BackendUnavailable, SemaphoreFull
-from .failure import ERROR_RETRY_AFTER
+from ..core.conf import declared
+from ..core.errors import BackendUnavailable, SemaphoreFull
+from ..core.failure_policy import ERROR_RETRY_AFTER
+from .conf import web_setting
 from .response_log import log_answer
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def _view_setting(name: str | None) -> Any:
     options = declared().get(name) if name else None
     if isinstance(options, Mapping) and options.get("view"):
         return options["view"]
-    return app_setting("SEMAPHORE_VIEW")
+    return web_setting("SEMAPHORE_VIEW")
 
 
 def error_view(name: str | None) -> ErrorView:
@@ -133,7 +134,7 @@ def add_ratelimit_headers(response: HttpResponseBase, admissions: Sequence[Admis
 
 
 def _set_ratelimit_fields(response: HttpResponseBase, admissions: Sequence[Admission]) -> None:
-    if not app_setting("SEMAPHORE_RATELIMIT_HEADERS"):
+    if not web_setting("SEMAPHORE_RATELIMIT_HEADERS"):
         return
     policies, states = [], []
     for admission in admissions:

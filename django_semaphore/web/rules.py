@@ -31,9 +31,9 @@ from django.http import HttpRequest
 from django.urls import Resolver404, ResolverMatch, resolve
 from django.utils.module_loading import import_string
 
+from ..core.options import unknown_problems, warn_unknown
 from .admission import ENFORCE, MODES, OFF
-from .core.conf import app_setting
-from .core.options import unknown_problems, warn_unknown
+from .conf import web_setting
 
 RULE_FIELDS = frozenset({"semaphore", "url_name", "path", "view_attribute", "methods", "key", "wait", "weight", "mode"})
 
@@ -156,7 +156,7 @@ def unknown_rule_fields(index: int, raw: object) -> list[str]:
 @cache
 def active_rules() -> tuple[Rule, ...]:
     """The rules in settings; refuses to run malformed ones (``manage.py check`` names them)."""
-    raw_rules = app_setting("SEMAPHORE_MIDDLEWARE_RULES") or []
+    raw_rules = web_setting("SEMAPHORE_MIDDLEWARE_RULES") or []
     problems = [problem for index, raw in enumerate(raw_rules) for problem in rule_problems(index, raw)]
     if problems:
         raise ImproperlyConfigured(" ".join(problems))
@@ -167,7 +167,7 @@ def active_rules() -> tuple[Rule, ...]:
 
 @cache
 def _exempt_patterns() -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(pattern) for pattern in as_strings(app_setting("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS")))
+    return tuple(re.compile(pattern) for pattern in as_strings(web_setting("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS")))
 
 
 def exempt_path(request: HttpRequest) -> bool:
@@ -177,7 +177,7 @@ def exempt_path(request: HttpRequest) -> bool:
 
 @cache
 def bypass_predicate() -> Callable[[HttpRequest], bool]:
-    setting = app_setting("SEMAPHORE_MIDDLEWARE_BYPASS")
+    setting = web_setting("SEMAPHORE_MIDDLEWARE_BYPASS")
     if setting is None:
         return _never
     return import_string(setting) if isinstance(setting, str) else setting

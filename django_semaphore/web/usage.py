@@ -7,6 +7,9 @@ it) would then show hundreds of "rejected" requests that all ran.
 ``semaphore_status`` and the dashboard label such a semaphore's counter
 "would have rejected" instead. Only settings and the URLconf are read: a
 semaphore the Python API also uses is still counted as dry-run only.
+
+It is the request path's knowledge (its rules and decorated views), so it
+lives here; the operator faces import it from here (web/__init__.py says why).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django_semaphore import Semaphore
 from django_semaphore.core import backend
-from django_semaphore.core.results import RenewReply
+from django_semaphore.core.replies import RenewReply
 
 
 def release_token(sem: Semaphore, token: object) -> bool:

@@ -14,10 +14,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...ascii_numbers import ascii_int
+from ...core.ascii_numbers import ascii_int
 from ...core.conf import MAX_LIMIT
 from ...core.semaphore import Semaphore
-from ...pausing import pause, resume
+from ...ops.pausing import pause, resume
 from ..common import describe, guarded, number_option, targets
 
 ACTIONS = ("value", "clear", "pause", "resume", "add")

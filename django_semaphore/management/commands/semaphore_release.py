@@ -12,9 +12,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...core.connection import get_client
-from ...core.overview import MAX_HOLDERS
+from ...core.safe_text import for_terminal
 from ...core.semaphore import Semaphore
-from ...safe_text import for_terminal
+from ...ops.overview import MAX_HOLDERS
 from ..common import confirm, describe, guarded, targets
 
 # Enough to find a token by prefix among every holder of one partition.

@@ -8,9 +8,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.test.utils import override_settings
 from redis.exceptions import ResponseError
 
-from ...core import libraries, scripts
+from ...core import scripts
 from ...core.connection import get_client
-from ...safe_text import for_terminal
+from ...core.safe_text import for_terminal
+from ...ops import libraries
 from ..common import confirm, guarded
 
 

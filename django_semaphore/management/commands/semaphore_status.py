@@ -11,10 +11,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...ascii_numbers import ascii_decimal, ascii_int
-from ...core.overview import MAX_PARTITIONS, duration, overview
-from ...safe_text import for_terminal
-from ...usage import dry_run_only
+from ...core.ascii_numbers import ascii_decimal, ascii_int
+from ...core.safe_text import for_terminal
+from ...ops.overview import MAX_PARTITIONS, duration, overview
+from ...web.usage import dry_run_only
 from ..common import guarded, number_option
 
 BAR_WIDTH = 10

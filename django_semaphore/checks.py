@@ -1,0 +1,40 @@
+"""Registers the system checks; each check lives in the room it is about.
+
+- ``core/checks.py``: the connection and the engine's settings (E001-E005,
+  E010, E011, E014, E016-E018, W001);
+- ``web/checks.py``: request keys, middleware rules, decorated views and the
+  request path's settings (E005, E006-E010, E012, E013, E018, W002-W004);
+- ``dashboard/checks.py``: W005;
+- ``ops/redis_check.py`` (E015) and ``ops/memory_check.py`` (E019, W006,
+  W007, I001): deployment checks, which reach Redis, so they run only with
+  ``--deploy`` (alone with ``--tag django_semaphore_redis``).
+
+docs/reference/checks.md lists every ID. The names bound here are the
+registered functions, for callers that run one check.
+"""
+
+from __future__ import annotations
+
+from django.core.checks import Tags, register
+
+from .core import checks as engine
+from .dashboard import checks as dashboard
+from .ops import memory_check, redis_check
+from .web import checks as web
+
+APP = engine.APP
+REDIS_TAG = redis_check.REDIS_TAG
+
+check_connection = register(APP)(engine.check_connection)
+check_semaphores = register(APP)(engine.check_semaphores)
+check_engine_settings = register(APP)(engine.check_engine_settings)
+check_partition_idle = register(APP)(engine.check_partition_idle)
+check_semaphore_keys = register(APP)(web.check_semaphore_keys)
+check_web_settings = register(APP)(web.check_web_settings)
+check_middleware_rules = register(APP, Tags.urls)(web.check_middleware_rules)
+check_decorated_views = register(APP, Tags.urls)(web.check_decorated_views)
+check_middleware_installed = register(APP)(web.check_middleware_installed)
+check_client_chosen_keys = register(APP)(web.check_client_chosen_keys)
+check_staticfiles = register(APP)(dashboard.check_staticfiles)
+check_redis_reachable = register(APP, REDIS_TAG, deploy=True)(redis_check.check_redis_reachable)
+check_eviction_policy = register(APP, REDIS_TAG, deploy=True)(memory_check.check_eviction_policy)

@@ -1,0 +1,290 @@
+"""The request path's system checks: keys, middleware rules, decorated views and the web's settings.
+
+Registered by ``django_semaphore/checks.py`` beside the engine's
+(``core/checks.py``, whose helpers these use); the reference lists every ID
+(docs/reference/checks.md).
+
+Errors:
+
+- E005 a ``SEMAPHORES`` entry's ``view`` does not import.
+- E006 a key (in ``SEMAPHORES`` or a rule) is of no known kind.
+- E007 a middleware rule names a semaphore ``SEMAPHORES`` does not declare.
+- E008 a middleware rule names a URL the URLconf does not have.
+- E009 a middleware rule is malformed (field, mode, regex, wait, weight).
+- E010 a request path's ``SEMAPHORE_*`` setting has a wrong value.
+- E012 a middleware rule's or a routed view's ``@semaphore`` weight is above the
+  semaphore's declared limit (every such request would be turned away).
+- E013 ``SEMAPHORE_RATELIMIT_HEADERS`` is not a bool.
+- E018 a middleware rule has a key no rule field reads (a misspelling).
+
+Warnings:
+
+- W002 middleware rules are set but ``SemaphoreMiddleware`` is not in ``MIDDLEWARE``.
+- W003 ``SemaphoreMiddleware`` runs before ``AuthenticationMiddleware``, so user keys
+  and the bypass predicate see no user.
+- W004 a semaphore is keyed by a value the client chooses (``header:``, ``get:``, an
+  address from a forwarded header; in ``SEMAPHORES`` or a middleware rule) and sets
+  no ``max_partitions``: every new value makes a new partition in Redis.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from ..core.adaptive import is_adaptive
+from ..core.checks import UNKNOWN_HINT, error, importable, seconds, warning
+from ..core.conf import declared
+from . import response_log
+from .admission import MODES
+from .conf import web_setting
+from .partition_keys import client_chosen, key_problem
+from .rules import as_strings, rule_problems, unknown_rule_fields, uses_middleware
+
+MIDDLEWARE_PATH = "django_semaphore.middleware.SemaphoreMiddleware"
+AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
+KEY_HINT = "Use 'ip', 'user', 'user_or_ip', 'header:<name>', 'get:<param>', a callable or its dotted path."
+
+
+def check_semaphore_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E006 and E005 for what a ``SEMAPHORES`` entry tells the request path: its key and its 503 view."""
+    raw = getattr(settings, "SEMAPHORES", None) or {}
+    if not isinstance(raw, Mapping):
+        return []  # E005 (core/checks.py) says so
+    messages: list[CheckMessage] = []
+    for name, options in raw.items():
+        if not isinstance(options, Mapping):
+            continue
+        problem = key_problem(options.get("key")) if isinstance(options.get("key"), str) else None
+        if problem:
+            messages.append(error(6, f"SEMAPHORES[{name!r}]['key']: {problem}", KEY_HINT))
+        view = options.get("view")
+        if view is not None and not importable(view):
+            messages.append(
+                error(5, f"SEMAPHORES[{name!r}]['view'] {view!r} does not import a view.", "Fix the dotted path.")
+            )
+    return messages
+
+
+def check_web_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E010 and E013 for the request path's own ``SEMAPHORE_*`` settings (web/conf.py)."""
+    messages: list[CheckMessage] = []
+
+    def bad(setting: str, msg: str, hint: str) -> None:
+        messages.append(error(10, f"{setting}: {msg}", hint))
+
+    for setting in ("SEMAPHORE_WEB_LEASE", "SEMAPHORE_WEB_MAX_HOLD"):
+        value = web_setting(setting)
+        if setting == "SEMAPHORE_WEB_MAX_HOLD" and value is None:
+            continue  # no bound on how long a request holds its permits
+        if not seconds(value):
+            bad(setting, "must be a number of seconds > 0.", "The default is fine for most sites.")
+    for setting in ("SEMAPHORE_VIEW", "SEMAPHORE_MIDDLEWARE_BYPASS"):
+        value = web_setting(setting)
+        if value is not None and not importable(value):
+            bad(setting, f"{value!r} does not import a callable.", "Give the dotted path of a function.")
+    meta_key = web_setting("SEMAPHORE_IP_META_KEY")
+    if not (callable(meta_key) or (isinstance(meta_key, str) and ("." not in meta_key or importable(meta_key)))):
+        bad(
+            "SEMAPHORE_IP_META_KEY",
+            f"{meta_key!r} is neither a request.META key nor an importable callable.",
+            "Use 'REMOTE_ADDR', 'HTTP_X_FORWARDED_FOR' (behind your own proxy), or a function's dotted path.",
+        )
+    for setting, low in (("SEMAPHORE_TRUSTED_PROXIES", 1), ("SEMAPHORE_IPV6_PREFIX", 1)):
+        value = web_setting(setting)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            bad(setting, f"must be an integer >= {low}.", "See the docs, guides/keys-and-proxies.md.")
+    prefix = web_setting("SEMAPHORE_IPV6_PREFIX")
+    if isinstance(prefix, int) and prefix > 128:
+        bad("SEMAPHORE_IPV6_PREFIX", "must be at most 128.", "64 groups a client's whole /64.")
+    exempt = web_setting("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS")
+    if exempt is not None and not isinstance(exempt, (str, list, tuple)):
+        bad(
+            "SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS",
+            "must be a regex or a list of them.",
+            "See the docs, guides/middleware.md.",
+        )
+        exempt = None
+    for pattern in as_strings(exempt):
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            bad("SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS", f"{pattern!r} is not a regular expression: {exc}.", "Fix it.")
+    log_level = getattr(settings, response_log.SETTING, response_log.DEFAULT_LEVEL)
+    if response_log.level_problem(log_level):
+        bad(response_log.SETTING, str(response_log.level_problem(log_level)), "WARNING is the default.")
+    headers = web_setting("SEMAPHORE_RATELIMIT_HEADERS")
+    if not isinstance(headers, bool):
+        messages.append(
+            error(13, f"SEMAPHORE_RATELIMIT_HEADERS must be True or False, not {headers!r}.", "It is off by default.")
+        )
+    return messages
+
+
+def url_names(resolver: URLResolver | None = None, prefix: str = "") -> set[str]:
+    """Every ``namespace:name`` the URLconf can reverse."""
+    resolver = resolver or get_resolver()
+    names = {prefix + key for key in resolver.reverse_dict if isinstance(key, str)}
+    for namespace, (_pattern, sub) in resolver.namespace_dict.items():
+        names |= url_names(sub, f"{prefix}{namespace}:")
+    return names
+
+
+def check_middleware_rules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    raw_rules = web_setting("SEMAPHORE_MIDDLEWARE_RULES") or []
+    if not isinstance(raw_rules, (list, tuple)):
+        return [error(9, "SEMAPHORE_MIDDLEWARE_RULES must be a list of dicts.", "See the docs, guides/middleware.md.")]
+    messages: list[CheckMessage] = []
+    known_urls: set[str] | None = None
+    for index, raw in enumerate(raw_rules):
+        problems = rule_problems(index, raw)
+        messages += [error(9, problem, f"Each rule's mode is one of {MODES}.") for problem in problems]
+        messages += [error(18, problem, UNKNOWN_HINT) for problem in unknown_rule_fields(index, raw)]
+        if not isinstance(raw, Mapping):
+            continue
+        name = raw.get("semaphore")
+        if isinstance(name, str) and name not in declared():
+            messages.append(
+                error(
+                    7,
+                    f"SEMAPHORE_MIDDLEWARE_RULES[{index}] names the semaphore {name!r}, which SEMAPHORES lacks.",
+                    f"Declare it in SEMAPHORES or fix the name; declared: {', '.join(declared()) or 'none'}.",
+                )
+            )
+        problem = key_problem(raw.get("key"))
+        if problem:
+            messages.append(error(6, f"SEMAPHORE_MIDDLEWARE_RULES[{index}]['key']: {problem}", KEY_HINT))
+        messages += _too_heavy(f"SEMAPHORE_MIDDLEWARE_RULES[{index}]", name, raw.get("weight"))
+        wanted = as_strings(raw.get("url_name"))
+        if wanted and _has_urlconf():
+            known_urls = url_names() if known_urls is None else known_urls
+            messages += [
+                error(
+                    8,
+                    f"SEMAPHORE_MIDDLEWARE_RULES[{index}] names the URL {url!r}, which the URLconf does not have.",
+                    "Use the name given to path(..., name=...), with its namespace ('app:name').",
+                )
+                for url in wanted
+                if url not in known_urls
+            ]
+    return messages
+
+
+def _too_heavy(where: str, name: object, weight: object) -> list[CheckMessage]:
+    """E012 when ``weight`` is above the declared limit of ``name`` (other mistakes are checked elsewhere)."""
+    options = declared().get(name) if isinstance(name, str) else None
+    limit = options.get("limit") if isinstance(options, Mapping) else None
+    if isinstance(limit, Mapping) and is_adaptive(limit):
+        # An adaptive limit may come down to its min: a heavier request would then be turned away.
+        rule = limit.get("adaptive")
+        limit = rule.get("min") if isinstance(rule, Mapping) else None
+    if not (isinstance(weight, int) and isinstance(limit, int)) or weight <= limit:
+        return []
+    return [
+        error(
+            12,
+            f"{where} takes weight {weight} of semaphore {name!r}, whose limit is {limit}: every such request "
+            "would be turned away.",
+            "Lower the weight, or raise the semaphore's limit.",
+        )
+    ]
+
+
+def _has_urlconf() -> bool:
+    """Settings without URLs (a Celery worker's: it runs the checks as it starts) have no views to check."""
+    return bool(getattr(settings, "ROOT_URLCONF", None))
+
+
+def routed_views(resolver: URLResolver | None = None) -> Iterator[Callable[..., Any]]:
+    """Every view the URLconf routes to, and the handlers of class-based ones."""
+    if resolver is None and not _has_urlconf():
+        return
+    for entry in (resolver or get_resolver()).url_patterns:
+        if isinstance(entry, URLResolver):
+            yield from routed_views(entry)
+        elif isinstance(entry, URLPattern):
+            yield entry.callback
+            view_class = getattr(entry.callback, "view_class", None)
+            for method in ("dispatch", *getattr(view_class, "http_method_names", ())):
+                handler = getattr(view_class, method, None)
+                if handler is not None:
+                    yield handler
+
+
+def check_decorated_views(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    # @semaphore records (name, weight) on the view it wraps; only views the
+    # URLconf imports can be seen here.
+    messages: list[CheckMessage] = []
+    seen: set[tuple[str, str, int]] = set()
+    for view in routed_views():
+        where = f"@semaphore on {getattr(view, '__module__', '?')}.{getattr(view, '__qualname__', view)}"
+        for name, weight in getattr(view, "semaphore_guards", ()):
+            if (where, name, weight) not in seen:
+                seen.add((where, name, weight))
+                messages += _too_heavy(where, name, weight)
+    return messages
+
+
+def check_middleware_installed(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
+    if web_setting("SEMAPHORE_MIDDLEWARE_RULES") and not uses_middleware():
+        return [
+            warning(
+                2,
+                "SEMAPHORE_MIDDLEWARE_RULES is set but SemaphoreMiddleware is not in MIDDLEWARE: no rule applies.",
+                f"Add {MIDDLEWARE_PATH!r} to MIDDLEWARE, after {AUTH_MIDDLEWARE_PATH!r}.",
+            )
+        ]
+    if _before(middleware, MIDDLEWARE_PATH, AUTH_MIDDLEWARE_PATH):
+        return [
+            warning(
+                3,
+                "SemaphoreMiddleware runs before AuthenticationMiddleware: user keys and the bypass predicate "
+                "see no user.",
+                f"Move {MIDDLEWARE_PATH!r} after {AUTH_MIDDLEWARE_PATH!r}.",
+            )
+        ]
+    return []
+
+
+def _before(middleware: Iterable[str], first: str, second: str) -> bool:
+    order = list(middleware)
+    return first in order and second in order and order.index(first) < order.index(second)
+
+
+def check_client_chosen_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    raw = getattr(settings, "SEMAPHORES", None) or {}
+    if not isinstance(raw, Mapping):
+        return []  # E005 says so
+    keyed = [
+        (f"SEMAPHORES[{name!r}]", name, options.get("key"))
+        for name, options in raw.items()
+        if isinstance(options, Mapping)
+    ]
+    rules = web_setting("SEMAPHORE_MIDDLEWARE_RULES") or []
+    if isinstance(rules, (list, tuple)):
+        keyed += [
+            (f"SEMAPHORE_MIDDLEWARE_RULES[{index}]", rule.get("semaphore"), rule.get("key"))
+            for index, rule in enumerate(rules)
+            if isinstance(rule, Mapping)
+        ]
+    messages: list[CheckMessage] = []
+    for where, name, key in keyed:
+        options = raw.get(name) if isinstance(name, str) else None
+        if client_chosen(key) and isinstance(options, Mapping) and options.get("max_partitions") is None:
+            messages.append(
+                warning(
+                    4,
+                    f"{where} keys semaphore {name!r} by {key!r}, whose value the client chooses, and "
+                    f"SEMAPHORES[{name!r}] sets no 'max_partitions': every new value makes a new partition "
+                    "in Redis, kept until SEMAPHORE_PARTITION_IDLE after its last use.",
+                    "Set 'max_partitions' (idle partitions past it are evicted, oldest first), key by something "
+                    "you have verified, and see the docs, guides/keys-and-proxies.md.",
+                )
+            )
+    return messages
