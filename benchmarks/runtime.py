@@ -42,14 +42,14 @@ def fresh_redis() -> Iterator[Bench]:
     the benchmark spawns find the same server. On a server of yours
     (``REDIS_URL``) the benchmark's keys are deleted afterwards, nothing else.
     """
-    from django.conf import settings
+    from django.test import override_settings
 
     server = RedisServer().start()
     prefix = f"bench-{uuid.uuid4().hex[:8]}:"
     saved = {name: os.environ.get(name) for name in ("BENCH_REDIS_URL", "SEMAPHORE_KEY_PREFIX")}
-    saved_settings = {name: getattr(settings, name, None) for name in ("SEMAPHORE_CONNECTION", "SEMAPHORE_KEY_PREFIX")}
-    settings.SEMAPHORE_CONNECTION = server.url
-    settings.SEMAPHORE_KEY_PREFIX = prefix
+    # Through override_settings, whose signal tells the app's caches (its clients, its semaphores).
+    pointed = override_settings(SEMAPHORE_CONNECTION=server.url, SEMAPHORE_KEY_PREFIX=prefix)
+    pointed.enable()
     os.environ["BENCH_REDIS_URL"] = server.url
     os.environ["SEMAPHORE_KEY_PREFIX"] = prefix
     client = redis.Redis.from_url(server.url)
@@ -66,8 +66,7 @@ def fresh_redis() -> Iterator[Bench]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        for name, value in saved_settings.items():
-            setattr(settings, name, value)
+        pointed.disable()
 
 
 def now_ns() -> int:

@@ -38,6 +38,7 @@ def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
 
     from django_semaphore import get_semaphore
     from django_semaphore.core import scripts
+    from django_semaphore.core.calls import AcquireOptions
 
     semaphore = get_semaphore("scale")
     held: list[Any] = []
@@ -77,7 +78,10 @@ def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
         def join_line(identity: str) -> None:
             # The acquire's first call in waiting mode, without then blocking
             # on the wake list as acquire() would.
-            scripts.run(bench.client, line._request(wait=60, identity=identity).acquire_call(0))
+            scripts.run(
+                bench.client,
+                AcquireOptions(wait=60, identity=identity).request(line.config, line.calls).acquire_call(0),
+            )
 
         for i in range(WAITERS):
             join_line(f"w{i}")

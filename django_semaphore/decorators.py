@@ -15,7 +15,8 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from .web.admission import Admission, AReleasedOnError, ReleasedOnError, aadmit, admit, afinish, finish
+from .web.admission import Admission, aadmit, admit
+from .web.holding import AReleasedOnError, ReleasedOnError, afinish, finish
 from .web.responses import add_ratelimit_headers, arespond, respond
 
 View = Callable[..., Any]

@@ -22,22 +22,11 @@ from typing import Any, TypeVar
 from .core.failure_policy import agive_back, give_back, let_through
 from .core.permit import Permit
 from .core.redis_keys import CUSTOM, check_name
-from .core.semaphore import Attempt, Semaphore, get_semaphore
-from .exceptions import BackendUnavailable, SemaphoreFull
+from .core.semaphore import Semaphore, get_semaphore, granted
+from .exceptions import BackendUnavailable
 
 F = TypeVar("F", bound=Callable[..., Any])
 KeyFunction = Callable[..., Any]
-
-
-def full(sem: Semaphore, attempt: Attempt) -> SemaphoreFull:
-    return SemaphoreFull(
-        sem.name,
-        sem.partition,
-        attempt.retry_after,
-        used=attempt.used,
-        limit=attempt.limit,
-        waiting=attempt.waiting,
-    )
 
 
 @dataclass(frozen=True)
@@ -87,30 +76,34 @@ class Guard:
     def acquire(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], label: str, metadata: dict[str, Any] | None = None
     ) -> Permit | None:
+        """The permit for one call of the guarded function (see the class).
+
+        ``aacquire`` is its asyncio twin. They share everything but the one
+        awaited call (``semaphore``, ``_options``, ``granted``, ``_unguarded``):
+        a driven core, as the waiting loop has, would be longer than the
+        three lines it would spare.
+        """
         sem = self.semaphore(args, kwargs)
         if sem is None:
             return None
         try:
-            attempt = sem.attempt(**self._options(label, metadata))
+            return granted(sem, sem.attempt(**self._options(label, metadata)))
         except BackendUnavailable as error:
-            return _unguarded(sem, error, label)
-        if attempt.permit is None:
-            raise full(sem, attempt)
-        return attempt.permit
+            _unguarded(sem, error, label)
+            return None
 
     async def aacquire(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], label: str, metadata: dict[str, Any] | None = None
     ) -> Permit | None:
+        """``acquire`` on the asyncio client."""
         sem = self.semaphore(args, kwargs)
         if sem is None:
             return None
         try:
-            attempt = await sem.aattempt(**self._options(label, metadata))
+            return granted(sem, await sem.aattempt(**self._options(label, metadata)))
         except BackendUnavailable as error:
-            return _unguarded(sem, error, label)
-        if attempt.permit is None:
-            raise full(sem, attempt)
-        return attempt.permit
+            _unguarded(sem, error, label)
+            return None
 
 
 def _unguarded(sem: Semaphore, error: BackendUnavailable, label: str) -> None:

@@ -22,18 +22,8 @@ from django.http import HttpRequest, HttpResponseBase
 
 from .exceptions import BackendUnavailable, SemaphoreFull
 from .web import request_outcomes
-from .web.admission import (
-    Admission,
-    AReleasedOnError,
-    ReleasedOnError,
-    aadmit,
-    admit,
-    afinish,
-    arelease_all,
-    finish,
-    release_all,
-    skipped,
-)
+from .web.admission import Admission, aadmit, admit, skipped
+from .web.holding import AReleasedOnError, ReleasedOnError, afinish, arelease_all, finish, release_all
 from .web.responses import add_ratelimit_headers, arespond, respond
 from .web.rules import RequestView, Rule, active_rules, bypass_predicate, exempt_path
 

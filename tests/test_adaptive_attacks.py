@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from django_semaphore import Semaphore, signals
-from django_semaphore.core import backend, scripts
+from django_semaphore.core import connection, scripts
 from django_semaphore.core.adaptive import adaptive_problems
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.renewal import renewer
@@ -94,17 +94,17 @@ def test_a_change_made_by_a_release_whose_reply_was_lost_is_still_signalled(
     start(sem)
     held = [sem.acquire() for _ in range(3)]  # peak 3 of 4: exercised, holds fast against a 5 s target
     assert all(held)
-    real_run = backend.run
+    real_run = connection.run
 
     def reply_lost(call: Any, name: str, partition: str | None) -> Any:
-        with backend.translated(name, partition):
-            scripts.run(backend.get_client(), call)  # the script runs on the server...
+        with connection.translated(name, partition):
+            scripts.run(connection.get_client(), call)  # the script runs on the server...
             raise redis.ConnectionError("Connection reset by peer")  # ...and its reply never arrives
 
-    monkeypatch.setattr(backend, "run", reply_lost)
+    monkeypatch.setattr(connection, "run", reply_lost)
     with pytest.raises(BackendUnavailable):  # the release is reconciled in the background
         held[0].release()  # ends the window: 4 -> 5 on the server
-    monkeypatch.setattr(backend, "run", real_run)
+    monkeypatch.setattr(connection, "run", real_run)
     deadline = time.monotonic() + 5
     while renewer.pending():  # the reconcile retry (with the fence) runs, RETRY_AFTER_ERROR later
         assert time.monotonic() < deadline, "the release was never settled"

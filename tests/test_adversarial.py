@@ -24,6 +24,7 @@ import redis
 
 from django_semaphore import Semaphore
 from django_semaphore.core import scripts
+from django_semaphore.core.calls import AcquireOptions
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.connection import get_client
 from django_semaphore.core.replies import AcquireReply
@@ -41,7 +42,7 @@ def make(name: str, limit: int, **options: object) -> Semaphore:
 def join_line(sem: Semaphore, count: int, **options: object) -> None:
     """`count` waiters join the line exactly as a waiter's acquire does (pipelined, for speed)."""
     client = redis.Redis.from_url(os.environ["REDIS_URL"])  # no socket timeout: the join is slow
-    calls = [sem._request(**options).acquire_call(0) for _ in range(count)]  # type: ignore[arg-type]
+    calls = [AcquireOptions(**options).request(sem.config, sem.calls).acquire_call(0) for _ in range(count)]  # type: ignore[arg-type]
     for reply in scripts.run_pipeline(client, calls):
         assert AcquireReply.parse(reply, 0.0).position >= 1
 

@@ -15,7 +15,8 @@ from django_semaphore import (
     WeightAboveLimit,
     get_semaphore,
 )
-from django_semaphore.core import backend, scripts
+from django_semaphore.core import connection, scripts
+from django_semaphore.core.calls import AcquireOptions
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.connection import get_client
 from django_semaphore.testing import RedisServer, find_binary
@@ -438,8 +439,10 @@ def test_not_fair_lets_a_newcomer_take_a_free_permit_ahead_of_the_line(settings)
     for sem, newcomer_served in ((fair, False), (barging, True)):
         held = sem.acquire(auto_renew=False)
         assert held is not None
-        request = sem._request(wait=30)  # a waiter in line (its request recorded), asleep
-        backend.run(request.acquire_call(0), sem.name, sem.partition)
+        request = AcquireOptions(wait=30).request(
+            sem.config, sem.calls
+        )  # a waiter in line (its request recorded), asleep
+        connection.run(request.acquire_call(0), sem.name, sem.partition)
         assert sem.status().waiting == 1
         held.release()
         newcomer = sem.acquire(wait=0, auto_renew=False)

@@ -15,7 +15,7 @@ import redis
 from django.core.cache import caches
 
 from django_semaphore import checks
-from django_semaphore.core import cache_backends
+from django_semaphore.core import connection
 from django_semaphore.core.connection import get_async_client, get_client, socket_timeout
 from django_semaphore.ops import redis_check
 from django_semaphore.testing import RedisServer, free_port
@@ -78,7 +78,7 @@ def test_a_cache_hiding_its_pool_gets_a_client_built_from_location_and_options()
         _servers=["redis://127.0.0.1:6390", "redis://127.0.0.1:6391"],
         _options={"socket_timeout": 1.5, "serializer": "x.Serializer", "db": 5},
     )
-    client = cache_backends.built_in_client(cache)
+    client = connection.built_in_client(cache)
     kwargs = client.connection_pool.connection_kwargs
     assert (kwargs["port"], kwargs["db"], kwargs["socket_timeout"]) == (6390, 5, 1.5)  # the first server: writes
 

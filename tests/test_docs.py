@@ -39,9 +39,9 @@ from django.core.management import call_command, get_commands, load_command_clas
 from django.test import override_settings
 
 from django_semaphore import checks
-from django_semaphore.core.cache_backends import backend_kind
 from django_semaphore.core.checks import importable
 from django_semaphore.core.conf import APP_DEFAULTS, option_problems
+from django_semaphore.core.connection import backend_kind
 from django_semaphore.web import response_log
 from django_semaphore.web.conf import WEB_DEFAULTS
 from django_semaphore.web.rules import rule_problems

@@ -6,19 +6,11 @@ from typing import Any
 
 import pytest
 
-from django_semaphore.core.calls import Calls
-from django_semaphore.core.flow import (
-    CONFIRM,
-    LEAVE,
-    Acquire,
-    AcquireRequest,
-    Block,
-    Woken,
-    acquire_flow,
-    next_block,
-)
+from django_semaphore.core.calls import AcquireRequest, Calls
+from django_semaphore.core.flow import CONFIRM, LEAVE, Acquire, acquire_flow, next_block
 from django_semaphore.core.redis_keys import SemaphoreKeys
 from django_semaphore.core.replies import FULL, GRANTED, HANDED, QUEUED
+from django_semaphore.core.waits import Block, Woken
 
 NOW_MS = 1_000_000
 

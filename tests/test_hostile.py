@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from django_semaphore import Semaphore, get_semaphore
+from django_semaphore.core.calls import AcquireOptions
 from django_semaphore.core.conf import SemaphoreConfig, option_problems
 from django_semaphore.core.redis_keys import NAME_PATTERN, SemaphoreKeys, check_prefix
 
@@ -113,7 +114,7 @@ def test_any_settings_entry_is_either_refused_plainly_or_usable(options: dict[st
         return
     config = SemaphoreConfig.from_options("fuzzed", options)
     sem = Semaphore(config)
-    call = sem._request().acquire_call(0)
+    call = AcquireOptions().request(sem.config, sem.calls).acquire_call(0)
     for arg in call.args:
         assert isinstance(arg, (str, bytes)) or (isinstance(arg, int) and abs(arg) < 2**53), arg
     assert math.isfinite(config.lease) and math.isfinite(config.wait)

@@ -24,7 +24,7 @@ import pytest
 from django.test import Client
 
 from django_semaphore import BackendUnavailable, get_semaphore
-from django_semaphore.core.drivers import server_clock
+from django_semaphore.core.flow import server_clock
 from django_semaphore.core.renewal import renewer
 from django_semaphore.testing import RedisServer
 

@@ -17,7 +17,7 @@ from django.test import AsyncClient, Client
 from django_semaphore import Semaphore, get_semaphore
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.signals import semaphore_lost
-from django_semaphore.web.conf import request_lease
+from django_semaphore.web.admission import request_lease
 
 from .support.guards import declare
 from .support.polling import wait_until

@@ -15,11 +15,11 @@ import pytest
 import redis
 
 from django_semaphore import BackendUnavailable, Semaphore, WeightMismatch, get_semaphore
-from django_semaphore.core import backend, scripts
+from django_semaphore.core import connection, scripts
+from django_semaphore.core.calls import AcquireOptions
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.connection import get_client
-from django_semaphore.core.drivers import drive
-from django_semaphore.core.flow import acquire_flow
+from django_semaphore.core.flow import acquire_flow, drive
 from django_semaphore.core.replies import AcquireReply
 
 from .support.polling import wait_until
@@ -32,8 +32,8 @@ def make(name: str, limit: int, **options: object) -> Semaphore:
 
 def queue_without_blocking(sem: Semaphore, **options: object) -> None:
     """Stand in line the way a waiter does (its request is recorded), without a thread to block."""
-    request = sem._request(**options)  # type: ignore[arg-type]
-    reply = AcquireReply.parse(backend.run(request.acquire_call(0), sem.name, sem.partition), 0.0)
+    request = AcquireOptions(**options).request(sem.config, sem.calls)  # type: ignore[arg-type]
+    reply = AcquireReply.parse(connection.run(request.acquire_call(0), sem.name, sem.partition), 0.0)
     assert reply.position >= 1, reply
 
 
@@ -115,7 +115,7 @@ def test_the_scripts_refuse_what_they_cannot_parse_and_store_nothing(
 ) -> None:
     # A caller that skips the Python checks (an old client in a rolling deploy, a hand-written call).
     sem = make("parsed", 2)
-    call = sem._request(wait=1).acquire_call(0)
+    call = AcquireOptions(wait=1).request(sem.config, sem.calls).acquire_call(0)
     config, request, metadata = call.args
     fields = request.decode().split(" ")
     fields[field] = value
@@ -178,8 +178,8 @@ def test_every_script_on_a_partition_whose_keys_were_lost_leaves_them_expiring(r
 
 def test_a_cancel_that_overtakes_its_acquire_leaves_no_key_without_expiry(redis_client: redis.Redis) -> None:
     sem = get_semaphore("search", key="cancelled-first")
-    request = sem._request(wait=1)
-    backend.run(request.cancel_call(), sem.name, sem.partition)  # the acquire has not run (yet)
+    request = AcquireOptions(wait=1).request(sem.config, sem.calls)
+    connection.run(request.cancel_call(), sem.name, sem.partition)  # the acquire has not run (yet)
     assert redis_client.exists(sem.keys.state)
     assert _keys_without_expiry(redis_client, sem) == []
 
@@ -199,14 +199,14 @@ def test_an_interrupted_acquire_under_an_identity_gives_back_only_its_own_grant(
     held = sem.acquire(identity="nightly-export", auto_renew=False)
     assert held is not None
     # Another process with the same identity: its acquire renews the permit held, then is cut off.
-    request = sem._request(identity="nightly-export", wait=1)
+    request = AcquireOptions(identity="nightly-export", wait=1).request(sem.config, sem.calls)
     with pytest.raises(KeyboardInterrupt):
         drive(get_client(), request, _interrupted_after_the_first_reply(request), 2.0)
     status = sem.status()
     assert status.used == 1 and [h.token for h in status.holders] == [held.token]
     # Its own grant, on the other hand, goes back.
     held.release()
-    request = sem._request(identity="nightly-export", wait=1)
+    request = AcquireOptions(identity="nightly-export", wait=1).request(sem.config, sem.calls)
     with pytest.raises(KeyboardInterrupt):
         drive(get_client(), request, _interrupted_after_the_first_reply(request), 2.0)
     assert sem.status().used == 0
@@ -226,11 +226,11 @@ def test_an_acquire_the_server_runs_after_its_clean_up_grants_nothing(monkeypatc
 
     monkeypatch.setattr("django_semaphore.core.renewal.RETRY_AFTER_ERROR", 0.01)
     sem = make("overtaken", 1, lease=60)
-    request = sem._request(wait=0.3)
+    request = AcquireOptions(wait=0.3).request(sem.config, sem.calls)
     with pytest.raises(redis.exceptions.TimeoutError):
         drive(get_client(), request, _timed_out_before_the_reply(request), 2.0)
     wait_until(lambda: renewer.pending() == 0)  # the clean-up ran (in the background)
-    late = AcquireReply.parse(backend.run(request.acquire_call(0), sem.name, sem.partition), 0.0)
+    late = AcquireReply.parse(connection.run(request.acquire_call(0), sem.name, sem.partition), 0.0)
     assert not late.granted and sem.status().used == 0, late
 
 

@@ -23,7 +23,7 @@ from django.test import AsyncRequestFactory, Client
 
 from django_semaphore import get_semaphore
 from django_semaphore.testing import RedisServer
-from django_semaphore.web.request_body import must_read_ahead
+from django_semaphore.web.admission import must_read_ahead
 
 from .support.guards import MIDDLEWARE
 from .support.gunicorn import Gunicorn

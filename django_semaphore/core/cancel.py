@@ -9,7 +9,7 @@ thread wakes a blocked read at once with the leave-and-unblock call the
 driver itself uses when Redis's timer is late (``Calls.cancel(unblock=True)``).
 
 Once the event is set, the acquire returns no permit, even one granted in the
-same instant: ``Semaphore.attempt`` gives such a grant back.
+same instant: ``drive_cancellable`` gives such a grant back.
 """
 
 from __future__ import annotations
@@ -18,8 +18,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import replace
+from typing import Any
 
+from . import scripts
+from .bounded import Deadline
+from .calls import AcquireRequest
 from .conf import MAX_SECONDS
+from .connection import socket_timeout
+from .flow import acquire_flow, drive
+from .replicas import ReplicaConfirmation
+from .replies import FULL, AcquireReply
 
 # Beyond any wait (ten years at most): once cancelled, the flow's clock reads past its deadline.
 BEYOND_ANY_WAIT = 2.0 * MAX_SECONDS
@@ -75,3 +84,21 @@ def watching(cancel: threading.Event, unblock: Callable[[], object]) -> Iterator
     finally:
         with lock:
             finished = True
+
+
+def drive_cancellable(
+    client: Any,
+    request: AcquireRequest,
+    confirm: ReplicaConfirmation | None,
+    cancel: threading.Event,
+    deadline: Deadline,
+) -> AcquireReply:
+    """``drive`` with a wait that ``cancel`` ends; a grant that raced it goes back."""
+    started = time.monotonic()
+    flow = acquire_flow(request, CancellableClock(cancel))
+    with watching(cancel, lambda: scripts.run(client, request.cancel_call(unblock=True))):
+        reply = drive(client, request, flow, socket_timeout(client), confirm, deadline)
+    if cancel.is_set() and reply.granted:
+        scripts.run(client, request.release_call())
+        reply = replace(reply, code=FULL)
+    return replace(reply, waited=time.monotonic() - started)

@@ -45,8 +45,8 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
 from .adaptive import adaptive_problems, keyed_problem
-from .cache_backends import BUILT_IN_BACKEND, DJANGO_REDIS_BACKEND, backend_kind
 from .conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, option_problems, unknown_option_problems
+from .connection import BUILT_IN_BACKEND, DJANGO_REDIS_BACKEND, backend_kind
 from .redis_keys import check_prefix
 
 APP = "django_semaphore"

@@ -1,14 +1,29 @@
-"""Where the Redis clients come from.
+"""Where the engine's Redis clients come from, and what an outage of them becomes.
 
 ``SEMAPHORE_CONNECTION`` is a cache alias (the default, so the app shares the
 site's pool: django-redis's, Sentinel set-up included, or Django's own
-``RedisCache``'s, see ``cache_backends``), a ``redis://`` URL, or a callable
-(or its dotted path) returning a redis-py client: the way in for a
-``RedisCluster``, which django-redis cannot hand out.
+``RedisCache``'s), a ``redis://`` URL, or a callable (or its dotted path)
+returning a redis-py client: the way in for a ``RedisCluster``, which
+django-redis cannot hand out.
 
-The asyncio client is built per event loop, because redis.asyncio
+**Django's own ``RedisCache``.** Sites on Django 4.0+ often use
+``django.core.cache.backends.redis.RedisCache`` and never install
+django-redis's backend; ``SEMAPHORE_CONNECTION`` may name either. For Django's
+backend the semaphores share the cache's connection pool (the one it writes
+through: the first server of its ``LOCATION``), taken from the cache object of
+the calling thread as Django itself does, so a threaded server keeps no more
+connections than its cache already has. A backend that keeps its pool where
+we cannot see it (a subclass with other internals) gets a client built from
+its ``LOCATION`` and ``OPTIONS`` the way Django builds one.
+
+**asyncio.** The asyncio client is built per event loop, because redis.asyncio
 connections belong to the loop that opened them, and closed when that loop
 shuts down: under WSGI, Django runs each async view in a loop of its own.
+
+**Outages.** ``translated`` is the one place that decides what an outage is
+for the engine: the semaphore, its permits and the background worker all run
+their scripts through it (or ``run``/``arun``), and an outage becomes
+``BackendUnavailable`` (and the ``semaphore_backend_error`` signal).
 """
 
 from __future__ import annotations
@@ -16,9 +31,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,12 +46,19 @@ import redis.asyncio.connection
 import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.sentinel
+from django.core.cache import caches
+from django.core.cache.backends.redis import RedisCache as BuiltInRedisCache
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
-from .cache_backends import cache_client
+from . import errors, scripts, signals
+from .calls import ScriptCall
 from .conf import app_setting
+from .errors import BackendUnavailable
+from .outages import outage_log
 
 # Connection options that mean the same to redis-py's sync and asyncio pools.
 _SHARED_OPTIONS = (
@@ -76,18 +100,39 @@ _ready_clusters: weakref.WeakSet[Any] = weakref.WeakSet()
 
 def _factory(setting: Any) -> Callable[[], Any] | None:
     if callable(setting):
-        return setting
+        given: Callable[[], Any] = setting
+        return given
     if isinstance(setting, str) and "://" not in setting and "." in setting:
         try:
-            return import_string(setting)
+            imported: Callable[[], Any] = import_string(setting)
         except ImportError:
             return None
+        return imported
     return None
+
+
+# The connection settings as last read: asked for on every call, read again when a setting changes.
+_settings: dict[str, Any] = {}
+
+
+def _setting(name: str) -> Any:
+    try:
+        return _settings[name]
+    except KeyError:
+        value = _settings[name] = app_setting(name)
+        return value
+
+
+def _forget_settings(**kwargs: Any) -> None:
+    _settings.clear()
+
+
+setting_changed.connect(_forget_settings, dispatch_uid="django_semaphore.connection")
 
 
 def get_client() -> Any:
     """The sync client (``redis.Redis`` or ``redis.RedisCluster``)."""
-    setting = app_setting("SEMAPHORE_CONNECTION")
+    setting = _setting("SEMAPHORE_CONNECTION")
     factory = _factory(setting)
     if factory is not None:
         return factory()
@@ -147,20 +192,21 @@ def _async_sentinel_master(pool: redis.sentinel.SentinelConnectionPool, kwargs: 
     }
     kwargs.pop("host", None)
     kwargs.pop("port", None)
-    return redis.asyncio.sentinel.Sentinel(addresses, sentinel_kwargs=sentinel_kwargs, **kwargs).master_for(
-        pool.service_name
+    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        addresses, sentinel_kwargs=sentinel_kwargs, **kwargs
     )
+    return sentinel.master_for(pool.service_name)
 
 
 def get_async_client() -> Any:
     """The asyncio client for the running event loop."""
     loop = asyncio.get_running_loop()
-    setting = app_setting("SEMAPHORE_ASYNC_CONNECTION") or app_setting("SEMAPHORE_CONNECTION")
+    setting = _setting("SEMAPHORE_ASYNC_CONNECTION") or _setting("SEMAPHORE_CONNECTION")
     per_loop = _async_clients.setdefault(loop, _LoopClients()).clients
     cache_key = setting if isinstance(setting, str) else id(setting)
     client = per_loop.get(cache_key)
     if client is None:
-        explicit = app_setting("SEMAPHORE_ASYNC_CONNECTION")
+        explicit = _setting("SEMAPHORE_ASYNC_CONNECTION")
         factory = _factory(explicit) if explicit is not None else None
         if factory is not None:
             client = factory()
@@ -218,3 +264,116 @@ def socket_timeout(client: Any) -> float | None:
         kwargs = getattr(pool, "connection_kwargs", None) or {}
     value = kwargs.get("socket_timeout")
     return float(value) if value else None
+
+
+# -- the client behind a cache alias ---------------------------------------------------------------
+
+DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
+BUILT_IN_BACKEND = "django.core.cache.backends.redis.RedisCache"
+# Options of Django's backend that are not redis-py connection options.
+_NOT_CONNECTION_OPTIONS = ("serializer", "pool_class", "parser_class")
+
+# One client per cache object (Django makes one per thread); dropped with it.
+_built_in_clients: weakref.WeakKeyDictionary[Any, redis.Redis] = weakref.WeakKeyDictionary()
+_built_in_lock = threading.Lock()
+
+
+def backend_kind(path: object) -> str | None:
+    """ "django-redis" or "built-in" for a cache ``BACKEND`` path (or a subclass of either), else None."""
+    if path == DJANGO_REDIS_BACKEND:
+        return "django-redis"
+    if path == BUILT_IN_BACKEND:
+        return "built-in"
+    if not isinstance(path, str):
+        return None
+    backend: Any = None
+    with suppress(ImportError):
+        backend = import_string(path)
+    if isinstance(backend, type) and issubclass(backend, BuiltInRedisCache):
+        return "built-in"
+    with suppress(ImportError):
+        if isinstance(backend, type) and issubclass(backend, import_string(DJANGO_REDIS_BACKEND)):
+            return "django-redis"
+    return None
+
+
+def cache_client(alias: str) -> redis.Redis:
+    """The sync client writing to the server behind the cache ``alias``."""
+    cache = caches[alias]
+    if isinstance(cache, BuiltInRedisCache):
+        client = _built_in_clients.get(cache)
+        if client is None:
+            client = _shared_built_in_client(cache)
+            with _built_in_lock:
+                _built_in_clients[cache] = client
+        return client
+    from django_redis import get_redis_connection
+
+    try:
+        shared: redis.Redis = get_redis_connection(alias, write=True)
+    except NotImplementedError as exc:
+        raise ImproperlyConfigured(
+            f"Cache {alias!r} cannot hand out a single Redis client (a sharded django-redis client?)."
+        ) from exc
+    return shared
+
+
+def _shared_built_in_client(cache: BuiltInRedisCache) -> redis.Redis:
+    """The client Django's backend writes with (its pool), or one built from its settings."""
+    inner = getattr(cache, "_cache", None)
+    get = getattr(inner, "get_client", None)
+    if callable(get):
+        with suppress(TypeError):
+            client = get(write=True)
+            if isinstance(client, redis.Redis):
+                return client
+    return built_in_client(cache)
+
+
+def built_in_client(cache: Any) -> redis.Redis:
+    """A client for the first server of a Django ``RedisCache``'s ``LOCATION``, with its ``OPTIONS``."""
+    servers = getattr(cache, "_servers", None) or []
+    if isinstance(servers, str):
+        servers = re.split("[;,]", servers)
+    if not servers:
+        raise ImproperlyConfigured("A Django RedisCache used for semaphores needs a LOCATION.")
+    options: Mapping[str, Any] = getattr(cache, "_options", None) or {}
+    pool_class = options.get("pool_class") or redis.ConnectionPool
+    if isinstance(pool_class, str):
+        pool_class = import_string(pool_class)
+    kwargs = {name: value for name, value in options.items() if name not in _NOT_CONNECTION_OPTIONS}
+    parser_class = options.get("parser_class")
+    if parser_class is not None:
+        kwargs["parser_class"] = import_string(parser_class) if isinstance(parser_class, str) else parser_class
+    return redis.Redis(connection_pool=pool_class.from_url(servers[0], **kwargs))
+
+
+# -- outages ------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def translated(name: str, partition: str | None) -> Iterator[None]:
+    """Turn an outage of Redis into ``BackendUnavailable`` (and the signal); let bugs through.
+
+    A call Redis answered ends an outage this process is logging (core/outages.py).
+    """
+    try:
+        yield
+    except RedisError as exc:
+        if not errors.is_outage(exc):
+            raise  # a bug (a wrong command, a script error), not the server's state
+        signals.emit(signals.semaphore_backend_error, name=name, partition=partition, error=exc)
+        raise BackendUnavailable(
+            f"Redis unavailable for semaphore {name!r}: {errors.reason(exc)}", name=name, partition=partition
+        ) from exc
+    outage_log.answered()
+
+
+def run(call: ScriptCall, name: str, partition: str | None) -> Any:
+    with translated(name, partition):
+        return scripts.run(get_client(), call)
+
+
+async def arun(call: ScriptCall, name: str, partition: str | None) -> Any:
+    with translated(name, partition):
+        return await scripts.arun(await aclient(), call)

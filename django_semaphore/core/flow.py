@@ -1,21 +1,39 @@
-"""The acquire protocol, written once without I/O.
+"""The acquire protocol, written once without I/O, and the two thin drivers that run it.
 
 ``acquire_flow`` is a generator that yields the Redis steps it needs (acquire,
 block on the waiter's wake list, confirm a handed permit, leave the line) and
-receives their replies. The sync and asyncio drivers run the same generator,
-so both wait in line the same way and neither hops to a thread; the unit tests
-run it with scripted replies.
+receives their replies. The sync and asyncio drivers (``drive``, ``adrive``)
+run the same generator, so both wait in line the same way and neither hops
+to a thread; the unit tests run it with scripted replies. What a step sends
+is decided once for both drivers (``_call_for``); a driver only does the I/O:
+on the sync client every round trip ends by the call's deadline
+(core/bounded.py), on the asyncio client the caller cancels the task then.
+
+Besides relaying steps, a driver owns three things the flow cannot see:
+
+- **When a call is too late.** Each acquire carries a "not after" time on the
+  server's clock, past which its caller has given up on it (a Redis hung for
+  longer than the socket timeout replays what it buffered when it resumes);
+  the script then refuses it instead of granting a permit nobody holds
+  (``ServerClock``).
+- **A wait that ends on time** (core/waits.py).
+- **An interrupted call**: what it may hold is given back (core/waits.py).
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .calls import Calls, ScriptCall
-from .replies import FULL, QUEUED, TOO_LATE, AcquireReply, Grant, RenewReply
+from . import bounded, scripts, waits
+from .bounded import NO_DEADLINE, Deadline
+from .calls import AcquireRequest, ScriptCall
+from .replicas import ReplicaConfirmation
+from .replies import FULL, QUEUED, TOO_LATE, AcquireReply, Handover, RenewReply
+from .waits import Block, Woken
 
 # Never block for less: BLPOP treats 0 as "forever".
 MIN_BLOCK = 0.001
@@ -24,68 +42,6 @@ HEARTBEATS_PER_TTL = 3
 # A handed permit counts as alive without asking the server only while its claim has this much
 # time left (or a quarter of the claim, if shorter): enough for the renewal to arrive.
 ALIVE_MARGIN = 0.1
-
-
-@dataclass(frozen=True)
-class AcquireRequest:
-    """Everything one acquire call sends, decided once, before the first round trip."""
-
-    calls: Calls
-    token: str
-    nonce: str
-    weight: int
-    lease_ms: int
-    hold_ms: int
-    metadata: bytes
-    wait: float
-    waiter_ttl: float
-    # The background renewal will extend a permit handed over on a claim; else the flow must.
-    renewed_in_background: bool
-    # Grants count only once replicas confirm them: a handed permit is confirmed by a renewal.
-    replicated: bool
-
-    @property
-    def claim_ms(self) -> int:
-        """Two of its own TTLs, as the acquire script takes it: how long it keeps its ticket after a missed beat."""
-        return max(int(self.waiter_ttl * 2000), 1)
-
-    @property
-    def handed_claim_ms(self) -> int:
-        """How long a permit a release hands this waiter lives until it renews it: one of its own TTLs.
-
-        A waiter that died in line ties the permit that long at most; a live
-        one renews within a round trip of reading the grant.
-        """
-        return max(self.claim_ms // 2, 1)
-
-    def must_confirm(self, alive: bool) -> bool:
-        """Whether a handed permit must be renewed before it is reported granted."""
-        on_claim = self.lease_ms > self.handed_claim_ms
-        return not alive or self.replicated or (on_claim and not self.renewed_in_background)
-
-    @property
-    def wake_key(self) -> str:
-        return self.calls.keys.wake(self.token)
-
-    def acquire_call(self, not_after_ms: int, grant_before_ms: int = 0) -> ScriptCall:
-        return self.calls.acquire(
-            self.token,
-            weight=self.weight,
-            lease_ms=self.lease_ms,
-            waiting=self.wait > 0,
-            claim_ms=self.claim_ms,
-            hold_ms=self.hold_ms,
-            nonce=self.nonce,
-            not_after_ms=not_after_ms,
-            grant_before_ms=grant_before_ms,
-            metadata=self.metadata,
-        )
-
-    def cancel_call(self, *, unblock: bool = False, tombstone: bool = False) -> ScriptCall:
-        return self.calls.cancel(self.token, self.nonce, unblock=unblock, tombstone=tombstone)
-
-    def confirm_call(self) -> ScriptCall:
-        return self.calls.renew(self.token, self.lease_ms)
 
 
 @dataclass(frozen=True)
@@ -98,28 +54,6 @@ class Acquire:
     """
 
     remaining: float | None = None
-
-
-@dataclass(frozen=True)
-class Block:
-    """Wait for a note on the wake list for up to ``timeout`` s; reply: a ``Woken``.
-
-    ``precise``: this wait ends at the caller's deadline, so the driver must not
-    let Redis's timer make it late (it leaves the line itself if need be).
-    ``at_expiry``: this wait ends when the earliest lease does, and the waiter
-    then asks again (which reclaims it); the driver must not let Redis's timer
-    make that late either (it ends its own wait, staying in line).
-    """
-
-    timeout: float
-    precise: bool
-    at_expiry: bool = False
-
-
-@dataclass(frozen=True)
-class Woken:
-    note: Any = None  # the note popped, or None when the wait timed out
-    left: bool = False  # the driver already left the line: the wait overran the deadline
 
 
 @dataclass(frozen=True)
@@ -167,16 +101,16 @@ def block_step(remaining: float, nearest_expiry_ms: int, waiter_ttl: float) -> B
     return Block(block, precise=precise, at_expiry=at_expiry)
 
 
-def provably_alive(reply: AcquireReply, since_sent: float, grant: Grant, claim_ms: int) -> bool:
+def provably_alive(reply: AcquireReply, since_sent: float, handover: Handover, claim_ms: int) -> bool:
     """Whether a handed permit is certainly still held, with time left to renew it.
 
-    The grant came after ``reply`` (which said "queued" at the server's
+    The handover came after ``reply`` (which said "queued" at the server's
     ``now_ms``); the server's clock now reads at most ``now_ms`` plus the time
     since that acquire was sent. A waiter stalled past its claim cannot show
     that, and must ask the server instead.
     """
     margin_ms = min(ALIVE_MARGIN * 1000, claim_ms / 4)
-    return reply.now_ms + since_sent * 1000 + margin_ms < grant.lease_deadline_ms
+    return reply.now_ms + since_sent * 1000 + margin_ms < handover.lease_deadline_ms
 
 
 def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.monotonic) -> Flow:
@@ -202,10 +136,10 @@ def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.mono
         if clock() >= deadline:
             yield LEAVE
             break
-        grant = Grant.parse(woken.note) if woken.note is not None else None
-        if grant is not None:
-            handed = replace(reply.handed(grant), vanished=lost)
-            alive = provably_alive(reply, clock() - sent, grant, request.handed_claim_ms)
+        handover = Handover.parse(woken.note) if woken.note is not None else None
+        if handover is not None:
+            handed = replace(reply.handed(handover), vanished=lost)
+            alive = provably_alive(reply, clock() - sent, handover, request.handed_claim_ms)
             if not request.must_confirm(alive):
                 return replace(handed, waited=clock() - started)
             confirming = clock()
@@ -230,3 +164,153 @@ def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.mono
         # client library retried may have run in time, though: give back what it was granted.
         yield LEAVE
     return replace(reply, waited=clock() - started)
+
+
+# -- the drivers ---------------------------------------------------------------------------------
+
+
+class ServerClock:
+    """What the server's clock reads, from this process's monotonic clock, per semaphore.
+
+    Each acquire reply carries the server's ``now``; it was read before the
+    reply arrived, so ``now - arrival`` is a lower bound of the offset between
+    the two clocks. A deadline computed with it is never later, on the
+    server's clock, than the moment this process gives up. Kept per semaphore
+    key, since the nodes of a Redis Cluster have clocks of their own.
+    """
+
+    LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self._offsets: OrderedDict[str, float] = OrderedDict()
+
+    def observe(self, key: str, server_now_ms: int, received_at: float) -> None:
+        self._offsets[key] = server_now_ms - received_at * 1000
+        self._offsets.move_to_end(key)
+        if len(self._offsets) > self.LIMIT:
+            self._offsets.popitem(last=False)
+
+    def bound(self, key: str, within: float | None) -> int:
+        """Server ms, at the latest, of ``within`` seconds from now (0: unknown, no bound).
+
+        Two bounds go with each acquire. The client's read timeout: a call
+        Redis runs later was abandoned (a retry of it is refused too, which
+        the caller sees as the outage it is), and a clean-up sent after the
+        caller gave up runs after the bound, so a replayed acquire can never
+        overtake it. And what is left of the caller's wait: nothing is
+        granted after that.
+        """
+        offset = self._offsets.get(key)
+        if offset is None or within is None:
+            return 0
+        return max(int((time.monotonic() + within) * 1000 + offset), 1)
+
+
+server_clock = ServerClock()
+
+
+def _given_up(read_timeout: float | None, deadline: Deadline) -> float | None:
+    """Seconds from now until the caller gives up on a reply: its read timeout, or its deadline if sooner."""
+    left = min(deadline.left(), read_timeout if read_timeout is not None else float("inf"))
+    return None if left == float("inf") else max(left, 0.0)
+
+
+def _call_for(request: AcquireRequest, step: Step, read_timeout: float | None, deadline: Deadline) -> ScriptCall:
+    """The script call a step sends (every step but a wait), the same for both drivers."""
+    if isinstance(step, Acquire):
+        clock_key = request.calls.keys.base
+        return request.acquire_call(
+            server_clock.bound(clock_key, _given_up(read_timeout, deadline)),
+            server_clock.bound(clock_key, step.remaining),
+        )
+    if isinstance(step, Confirm):
+        return request.confirm_call()
+    return request.cancel_call()
+
+
+def _answered(request: AcquireRequest, step: Step, reply: Any) -> Any:
+    """A step's reply as the flow takes it; an acquire's also sets the server's clock."""
+    if isinstance(step, Acquire):
+        server_clock.observe(request.calls.keys.base, reply[6], time.monotonic())
+    return reply
+
+
+def _confirmed(step: Step, confirm: ReplicaConfirmation | None) -> ReplicaConfirmation | None:
+    """Replicas confirm what grants a permit (an acquire, a confirmation), not the leaving of the line."""
+    return None if isinstance(step, Leave) else confirm
+
+
+def drive(
+    client: Any,
+    request: AcquireRequest,
+    flow: Flow,
+    read_timeout: float | None,
+    confirm: ReplicaConfirmation | None = None,
+    deadline: Deadline = NO_DEADLINE,
+) -> AcquireReply:
+    """Run ``flow`` to its end on a sync client, every round trip by ``deadline``."""
+    try:
+        step = next(flow)
+        while True:
+            reply: Any
+            if isinstance(step, Block):
+                reply = waits.block(client, request, step, read_timeout, deadline)
+            else:
+                call = _call_for(request, step, read_timeout, deadline)
+                reply = _answered(request, step, _run(client, call, _confirmed(step, confirm), deadline))
+            try:
+                step = flow.send(reply)
+            except StopIteration as done:
+                result: AcquireReply = done.value
+                return result
+    except BaseException as error:
+        waits.clean_up(client, request, error, deadline)
+        raise
+
+
+def _run(client: Any, call: ScriptCall, confirm: ReplicaConfirmation | None, deadline: Deadline) -> Any:
+    """One script call by ``deadline``; in the stricter mode, confirmed by replicas (``WAIT``) too."""
+    if confirm is None:
+        return bounded.run(client, call, deadline)
+    reply, confirm.acked = bounded.run_confirmed(client, call, confirm.replicas, confirm.timeout_ms, deadline)
+    return reply
+
+
+async def adrive(
+    client: Any,
+    request: AcquireRequest,
+    flow: Flow,
+    read_timeout: float | None,
+    confirm: ReplicaConfirmation | None = None,
+    deadline: Deadline = NO_DEADLINE,
+) -> AcquireReply:
+    """``drive`` on an asyncio client; a cancelled task still gives back what it may hold.
+
+    The caller bounds the whole call by ``deadline`` (it cancels the task
+    then); here it bounds the "not after" of each acquire.
+    """
+    try:
+        step = next(flow)
+        while True:
+            reply: Any
+            if isinstance(step, Block):
+                reply = await waits.ablock(client, request, step, read_timeout)
+            else:
+                call = _call_for(request, step, read_timeout, deadline)
+                reply = _answered(request, step, await _arun(client, call, _confirmed(step, confirm)))
+            try:
+                step = flow.send(reply)
+            except StopIteration as done:
+                result: AcquireReply = done.value
+                return result
+    except BaseException as error:
+        await waits.aclean_up(client, request, error, deadline)
+        raise
+
+
+async def _arun(client: Any, call: ScriptCall, confirm: ReplicaConfirmation | None) -> Any:
+    """``_run`` on an asyncio client (the caller's task ends at the deadline)."""
+    if confirm is None:
+        return await scripts.arun(client, call)
+    reply, confirm.acked = await scripts.arun_confirmed(client, call, confirm.replicas, confirm.timeout_ms)
+    return reply

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import backend, signals, vanished
+from . import connection, signals, vanished
 from .adaptive import release_reply
 from .calls import Calls
 from .conf import MAX_SECONDS
@@ -103,7 +103,7 @@ class Permit:
             return False
         lease_ms = self._lease_ms(lease)
         sent = time.monotonic()
-        reply = backend.run(self._calls.renew(self.token, lease_ms), self.name, self.partition)
+        reply = connection.run(self._calls.renew(self.token, lease_ms), self.name, self.partition)
         return self._renewed(RenewReply.parse(reply), sent, lease_ms)
 
     async def arenew(self, lease: float | None = None) -> bool:
@@ -111,7 +111,7 @@ class Permit:
             return False
         lease_ms = self._lease_ms(lease)
         sent = time.monotonic()
-        reply = await backend.arun(self._calls.renew(self.token, lease_ms), self.name, self.partition)
+        reply = await connection.arun(self._calls.renew(self.token, lease_ms), self.name, self.partition)
         return self._renewed(RenewReply.parse(reply), sent, lease_ms)
 
     def release(self) -> bool:
@@ -124,7 +124,7 @@ class Permit:
             return False
         self._start_release()
         try:
-            reply = backend.run(self._calls.release(self.token), self.name, self.partition)
+            reply = connection.run(self._calls.release(self.token), self.name, self.partition)
         except BaseException:
             self._settle_later()
             raise
@@ -135,7 +135,7 @@ class Permit:
             return False
         self._start_release()
         try:
-            reply = await backend.arun(self._calls.release(self.token), self.name, self.partition)
+            reply = await connection.arun(self._calls.release(self.token), self.name, self.partition)
         except BaseException:
             self._settle_later()
             raise
@@ -204,7 +204,7 @@ class Permit:
         if not self.held:
             return False
         sent = time.monotonic()
-        reply = backend.run(self._calls.renew(self.token, self._extended_ms(seconds)), self.name, self.partition)
+        reply = connection.run(self._calls.renew(self.token, self._extended_ms(seconds)), self.name, self.partition)
         return self._renewed(RenewReply.parse(reply), sent, round(self.lease * 1000))
 
     async def aextend(self, seconds: float) -> bool:
@@ -212,7 +212,7 @@ class Permit:
             return False
         sent = time.monotonic()
         call = self._calls.renew(self.token, self._extended_ms(seconds))
-        reply = await backend.arun(call, self.name, self.partition)
+        reply = await connection.arun(call, self.name, self.partition)
         return self._renewed(RenewReply.parse(reply), sent, round(self.lease * 1000))
 
     def is_held(self) -> bool:
@@ -245,12 +245,12 @@ class Permit:
         renewer.forget(self)
 
     def _status(self, listed: int) -> SemaphoreStatus:
-        reply = backend.run(self._calls.status(listed, False), self.name, self.partition)
+        reply = connection.run(self._calls.status(listed, False), self.name, self.partition)
         vanished.report_status(self.name, self.partition, reply)
         return SemaphoreStatus.parse(self.name, self.partition, 0, reply)
 
     async def _astatus(self, listed: int) -> SemaphoreStatus:
-        reply = await backend.arun(self._calls.status(listed, False), self.name, self.partition)
+        reply = await connection.arun(self._calls.status(listed, False), self.name, self.partition)
         vanished.report_status(self.name, self.partition, reply)
         return SemaphoreStatus.parse(self.name, self.partition, 0, reply)
 

@@ -95,8 +95,14 @@ class SemaphoreKeys:
     def history(self) -> str:
         return self.base + "history"
 
+    @cached_property
+    def wake_prefix(self) -> str:
+        """What a waiter's wake list's name starts with; its token follows. Built once: it is used on every call."""
+        return self.base + "wake:"
+
     def wake(self, token: str) -> str:
-        return f"{self.base}wake:{token}"
+        """The wake list of the waiter ``token``: where a release leaves it a note (see core/lua/common.lua)."""
+        return self.wake_prefix + token
 
     @cached_property
     def common(self) -> list[str]:

@@ -79,8 +79,10 @@ class AcquireReply:
         """The earliest moment, on this process's monotonic clock, that the lease granted may end."""
         return self.sent_at + (self.lease_deadline_ms - self.now_ms) / 1000
 
-    def handed(self, grant: Grant) -> AcquireReply:
-        return replace(self, code=HANDED, fence=grant.fence, lease_deadline_ms=grant.lease_deadline_ms, position=0)
+    def handed(self, handover: Handover) -> AcquireReply:
+        return replace(
+            self, code=HANDED, fence=handover.fence, lease_deadline_ms=handover.lease_deadline_ms, position=0
+        )
 
     @property
     def granted(self) -> bool:
@@ -88,7 +90,7 @@ class AcquireReply:
 
 
 @dataclass(frozen=True)
-class Grant:
+class Handover:
     """A permit a release handed to a waiter: the note "G|fence|deadline|granted_at" on its wake list."""
 
     fence: int
@@ -96,7 +98,7 @@ class Grant:
     granted_at_ms: int
 
     @classmethod
-    def parse(cls, note: Any) -> Grant | None:
+    def parse(cls, note: Any) -> Handover | None:
         """The grant in a wake note; None for a plain wake-up ("W") or the caller's own unblock ("X")."""
         text = _text(note)
         if not text.startswith("G|"):

@@ -1,35 +1,57 @@
 """One request's admission to one semaphore, shared by the decorator and the middleware.
 
-``admit`` / ``aadmit`` pick the partition from the request, take a permit
-(the async one on the native asyncio client), apply the failure policy, and
-return an ``Admission``: what the view sees as ``request.semaphore``, and what
-gives the permit back once the response is finished.
+``admit`` / ``aadmit`` read the body ahead, pick the partition from the
+request, take a permit (the async one on the native asyncio client), apply
+the failure policy, and return an ``Admission``: what the view sees as
+``request.semaphore``, and what gives the permit back once the response is
+finished (web/holding.py).
+
+What admitting decides is written once, without I/O (``_admission``, a
+generator that yields the I/O it needs: the key, the body, the permit, a
+permit to give back), and run by two thin drivers, as the acquire's waiting
+loop is (core/flow.py).
+
+**The body first.** A guarded request's body is read before its permit is
+asked for, so a slow sender holds none. Under a threaded WSGI server with nothing buffering in front (gunicorn
+``gthread`` or ``sync`` facing clients), Django is called once the headers have
+arrived and reads the body from the socket only when something asks for it.
+A guard that took its permit first would hold it for as long as the client
+takes to send the body: at a byte a second, a handful of clients drain a
+site-wide limit. So the body is read first, as far as Django would keep it in
+memory anyway: ``Content-Length`` of at most ``DATA_UPLOAD_MAX_MEMORY_SIZE``
+(Django's default, 2.5 MiB, when that setting is None).
+
+Everything else is left to the view, exactly as without the guard: a
+chunked body (no ``Content-Length``), one above the limit (reading
+``request.body`` would raise ``RequestDataTooBig``, a 400, where a streaming or
+file-upload view works), or a stream something already started to read.
+Under ASGI, Django has read the whole body before the request exists, so
+nothing is done there (docs/security.md, "Slow clients").
 """
 
 from __future__ import annotations
 
 import logging
-import weakref
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Generator
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import redis.exceptions
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
+from django.conf import settings
+from django.http import HttpRequest
 
 from ..core import failure_policy
+from ..core.ascii_numbers import ascii_int
+from ..core.conf import SemaphoreConfig
 from ..core.errors import BackendUnavailable, SemaphoreFull, WeightAboveLimit
 from ..core.failure_policy import agive_back, give_back
 from ..core.permit import Permit
-from ..core.renewal import renewer
 from ..core.safe_text import for_log
-from ..core.semaphore import Attempt, Semaphore, get_semaphore
+from ..core.semaphore import Attempt, Semaphore, get_semaphore, refused
 from . import request_outcomes
-from .conf import request_lease
+from .conf import web_setting
 from .partition_keys import NOT_LIMITED, akey_for, key_for
-from .request_body import must_read_ahead, read_ahead
 
 logger = logging.getLogger("django_semaphore.requests")
 
@@ -107,15 +129,12 @@ class Admission:
         """The exception a rejected request stands for, for ``raise_exception`` and the 503 view."""
         if self.error is not None:
             return self.error
-        attempt = self.attempt
-        return SemaphoreFull(
-            self.name,
-            self.partition,
-            max(self.retry_after, 1),
-            used=attempt.used if attempt else None,
-            limit=attempt.limit if attempt else None,
-            waiting=attempt.waiting if attempt else None,
-        )
+        return refused(self.name, self.partition, self.attempt, max(self.retry_after, 1))
+
+    @property
+    def released(self) -> bool:
+        """Its permit was given back (or it had none to give)."""
+        return self._released
 
     def release(self) -> None:
         """Give the permit back (idempotent); an outage only logs, the release is retried in the background."""
@@ -224,6 +243,70 @@ def skipped(request: HttpRequest, name: str, outcome: str, mode: str = ENFORCE) 
     return _noted(request, Admission(name=name, outcome=outcome, mode=mode))
 
 
+# -- what admitting decides, without I/O -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _KeyOf:
+    """The request's partition value under ``spec``; reply: the value (``key_for`` / ``akey_for``)."""
+
+    spec: Any
+
+
+@dataclass(frozen=True)
+class _ReadBody:
+    """Read the request's body now; reply ignored."""
+
+
+@dataclass(frozen=True)
+class _Take:
+    """Attempt ``semaphore`` with ``options``; reply: the ``Attempt``, or its error thrown in."""
+
+    semaphore: Semaphore
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _GiveBack:
+    """Give ``permit`` back (what went wrong after the grant is raised on); reply ignored."""
+
+    permit: Permit | None
+
+
+_Step = _KeyOf | _ReadBody | _Take | _GiveBack
+_READ_BODY = _ReadBody()
+
+
+def _admission(
+    request: HttpRequest, name: str, key: Any, wait: float | None, weight: int | None, mode: str
+) -> Generator[_Step, Any, Admission]:
+    """Admit ``request`` to ``name``: the I/O it needs is yielded, an error of it thrown back in."""
+    whole = get_semaphore(name)
+    spec = whole.config.key if key is None else key
+    value = None if spec is None else (yield _KeyOf(spec))
+    semaphore = _partition(whole, value)
+    if semaphore is None:
+        return skipped(request, name, request_outcomes.NOT_LIMITED, mode)
+    if must_read_ahead(request):
+        yield _READ_BODY  # a slow sender holds no permit while its body arrives
+    hung = _hung(request)
+    if hung.error is not None:
+        return _decide(request, semaphore, value, mode, None, hung.error)
+    try:
+        attempt: Attempt = yield _Take(semaphore, _options(request, semaphore, mode, wait, weight))
+    except BackendUnavailable as exc:
+        hung.note(exc)
+        return _decide(request, semaphore, value, mode, None, exc)
+    except WeightAboveLimit as exc:
+        return _too_heavy(request, semaphore, value, mode, exc)
+    try:
+        return _decide(request, semaphore, value, mode, attempt, None)
+    except BaseException:
+        # Recording the outcome may fail after the grant: nobody else would release it.
+        yield _GiveBack(attempt.permit)
+        raise
+
+
 def admit(
     request: HttpRequest,
     name: str,
@@ -234,25 +317,27 @@ def admit(
     mode: str = ENFORCE,
 ) -> Admission:
     """Take a permit of ``name`` for ``request`` (``key=None``: the semaphore's own key setting)."""
-    whole = get_semaphore(name)
-    value = key_for(request, whole.config.key if key is None else key)
-    semaphore = _partition(whole, value)
-    if semaphore is None:
-        return skipped(request, name, request_outcomes.NOT_LIMITED, mode)
-    read_ahead(request)  # a slow sender holds no permit while its body arrives
-    hung = _hung(request)
-    if hung.error is not None:
-        return _decide(request, semaphore, value, mode, None, hung.error)
-    try:
-        attempt = semaphore.attempt(**_options(request, semaphore, mode, wait, weight))
-    except BackendUnavailable as exc:
-        hung.note(exc)
-        return _decide(request, semaphore, value, mode, None, exc)
-    except WeightAboveLimit as exc:
-        return _too_heavy(request, semaphore, value, mode, exc)
-    # Recording the outcome may fail after the grant: nobody else would release it.
-    with ReleasedOnError(lambda: give_back(attempt.permit)):
-        return _decide(request, semaphore, value, mode, attempt, None)
+    steps = _admission(request, name, key, wait, weight, mode)
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            admitted: Admission = done.value
+            return admitted
+        reply, error = None, None
+        try:
+            if isinstance(step, _KeyOf):
+                reply = key_for(request, step.spec)
+            elif isinstance(step, _Take):
+                reply = step.semaphore.attempt(**step.options)
+            elif isinstance(step, _GiveBack):
+                give_back(step.permit)
+            else:
+                read_ahead(request)
+        except BaseException as exc:
+            error = exc
 
 
 async def aadmit(
@@ -264,167 +349,105 @@ async def aadmit(
     weight: int | None = None,
     mode: str = ENFORCE,
 ) -> Admission:
-    """``admit`` on the asyncio client, for async views and the async middleware path."""
-    whole = get_semaphore(name)
-    value = await akey_for(request, whole.config.key if key is None else key)
-    semaphore = _partition(whole, value)
-    if semaphore is None:
-        return skipped(request, name, request_outcomes.NOT_LIMITED, mode)
-    if must_read_ahead(request):  # an async view under WSGI; never under ASGI, which has read the body
-        await sync_to_async(read_ahead)(request)
-    hung = _hung(request)
-    if hung.error is not None:
-        return _decide(request, semaphore, value, mode, None, hung.error)
-    try:
-        attempt = await semaphore.aattempt(**_options(request, semaphore, mode, wait, weight))
-    except BackendUnavailable as exc:
-        hung.note(exc)
-        return _decide(request, semaphore, value, mode, None, exc)
-    except WeightAboveLimit as exc:
-        return _too_heavy(request, semaphore, value, mode, exc)
-    async with AReleasedOnError(lambda: agive_back(attempt.permit)):
-        return _decide(request, semaphore, value, mode, attempt, None)
+    """``admit`` on the asyncio client, for async views and the async middleware path.
 
-
-class ReleasedOnError:
-    """Whatever raises inside it (a view, a key function, a signal receiver, a cancellation) runs ``release``.
-
-    Once a permit is granted, only the code that took it holds a reference
-    that could give it back; an exception that skipped the release would
-    leave the permit held until its lease ends. A class rather than a
-    generator-based context manager: it runs on every guarded request.
+    The body is read in a thread: an async view under WSGI (under ASGI,
+    Django has read it already, and nothing is asked).
     """
-
-    __slots__ = ("release",)
-
-    def __init__(self, release: Callable[[], object]) -> None:
-        self.release = release
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        if kind is not None:
-            self.release()
-
-
-class AReleasedOnError:
-    """``ReleasedOnError`` for async code: ``release`` returns an awaitable."""
-
-    __slots__ = ("release",)
-
-    def __init__(self, release: Callable[[], Awaitable[object]]) -> None:
-        self.release = release
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        if kind is not None:
-            await self.release()
-
-
-def release_all(admissions: Sequence[Admission]) -> None:
-    """Release in reverse order of acquisition."""
-    for admission in reversed(admissions):
-        admission.release()
-
-
-async def arelease_all(admissions: Sequence[Admission]) -> None:
-    for admission in reversed(admissions):
-        await admission.arelease()
-
-
-def _abandoned(admissions: Sequence[Admission]) -> None:
-    """A streaming response was dropped without being closed: stop renewing, let leases end."""
-    for admission in admissions:
-        if admission.permit is not None and not admission._released:
-            logger.warning("A response holding %r was never closed; its lease will end it.", admission.permit)
-            renewer.forget(admission.permit)
-
-
-def finish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
-    """Release now, or when a streaming response is closed."""
-    if getattr(response, "streaming", False):
-        return hold_until_closed(response, admissions)
-    release_all(admissions)
-    return response
-
-
-async def afinish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
-    if getattr(response, "streaming", False):
-        return hold_until_closed(response, admissions)
-    await arelease_all(admissions)
-    return response
-
-
-def _lost(permits: Sequence[Permit]) -> Permit | None:
-    return next((permit for permit in permits if permit.lost), None)
-
-
-def _until_lost(response: StreamingHttpResponse, permits: Sequence[Permit]) -> Iterable[bytes] | AsyncIterable[bytes]:
-    """The stream, cut short once a permit it holds is lost (its max_hold reached, or taken away).
-
-    A client that stops reading, or reads a byte a second, would otherwise keep
-    the permit for as long as the server keeps the connection.
-    """
-    content = response.streaming_content
-
-    def cut(permit: Permit) -> None:
-        logger.warning("Ending a streamed response early: it held %r past its max_hold.", permit)
-
-    if response.is_async:
-
-        async def async_chunks() -> AsyncIterator[bytes]:
-            async for chunk in content:  # type: ignore[union-attr]
-                lost = _lost(permits)
-                if lost is not None:
-                    cut(lost)
-                    return
-                yield chunk
-
-        return async_chunks()
-
-    def chunks() -> Iterator[bytes]:
-        for chunk in content:  # type: ignore[union-attr]
-            lost = _lost(permits)
-            if lost is not None:
-                cut(lost)
-                return
-            yield chunk
-
-    return chunks()
-
-
-def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
-    """Keep the permits until a streaming response has been sent and closed.
-
-    A plain response is complete when the view returns, but a stream (a
-    ``StreamingHttpResponse``, a ``FileResponse``) does its work while it is
-    sent. Servers call ``response.close()`` when they are done with a response
-    (WSGI and ASGI both, and so does the test client); wrapping it releases
-    the permits then, in reverse order. If nobody ever closes the response,
-    a finaliser stops renewing the permits so their leases end on their own
-    instead of being renewed forever.
-    """
-    held = [admission for admission in admissions if admission.permit is not None]
-    if not held:
-        return response
-    permits = [admission.permit for admission in held if admission.permit is not None]
-    if isinstance(response, StreamingHttpResponse):
-        response.streaming_content = _until_lost(response, permits)
-    close = response.close
-
-    def close_and_release() -> None:
+    steps = _admission(request, name, key, wait, weight, mode)
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
         try:
-            close()
-        finally:
-            release_all(held)
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            admitted: Admission = done.value
+            return admitted
+        reply, error = None, None
+        try:
+            if isinstance(step, _KeyOf):
+                reply = await akey_for(request, step.spec)
+            elif isinstance(step, _Take):
+                reply = await step.semaphore.aattempt(**step.options)
+            elif isinstance(step, _GiveBack):
+                await agive_back(step.permit)
+            else:
+                await sync_to_async(read_ahead)(request)
+        except BaseException as exc:
+            error = exc
 
-    response.close = close_and_release  # type: ignore[method-assign]
-    weakref.finalize(response, _abandoned, held)
-    return response
+
+# -- a request's lease -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestLease:
+    """How a request holds a permit of one semaphore: its lease, and how long at most (None: no bound)."""
+
+    lease: float
+    max_hold: float | None
+
+
+def _request_lease(config: SemaphoreConfig) -> RequestLease:
+    options = config.options
+    # A request's permit is renewed while the request lives, so its lease only says how long a
+    # killed worker's permit stays taken; without renewal it must cover the whole request.
+    renewed = config.auto_renew
+    lease = config.lease if "lease" in options or not renewed else float(web_setting("SEMAPHORE_WEB_LEASE"))
+    # Requests are bounded even when nothing is set; an explicit None lifts the bound.
+    cap = web_setting("SEMAPHORE_WEB_MAX_HOLD")
+    max_hold = config.max_hold if "max_hold" in options else None if cap is None else float(cap)
+    return RequestLease(lease, max_hold)
+
+
+# Per semaphore name, for the configuration it was worked out for: a settings change makes new
+# configurations (core/conf.py), and so new leases here.
+_leases: dict[str, tuple[SemaphoreConfig, RequestLease]] = {}
+
+
+def request_lease(config: SemaphoreConfig) -> RequestLease:
+    """The lease and hold cap of a request's permit of ``config``'s semaphore (``SEMAPHORE_WEB_*``)."""
+    cached = _leases.get(config.name)
+    if cached is None or cached[0] is not config:
+        cached = _leases[config.name] = (config, _request_lease(config))
+    return cached[1]
+
+
+# -- the body first --------------------------------------------------------------------------------
+
+# Django's own default for DATA_UPLOAD_MAX_MEMORY_SIZE: what is read ahead when a site set None (no limit).
+DJANGO_DEFAULT_MEMORY_SIZE = 2_621_440
+
+
+def read_ahead_limit() -> int:
+    limit = getattr(settings, "DATA_UPLOAD_MAX_MEMORY_SIZE", DJANGO_DEFAULT_MEMORY_SIZE)
+    return DJANGO_DEFAULT_MEMORY_SIZE if limit is None else int(limit)
+
+
+def must_read_ahead(request: HttpRequest) -> bool:
+    """A WSGI request whose whole body, of a declared length Django keeps in memory, is still on the socket.
+
+    Cheap on purpose (a dict lookup first): it runs on every guarded request,
+    and under ASGI it answers False at once.
+    """
+    meta = request.META
+    if "wsgi.input" not in meta or hasattr(request, "_body") or getattr(request, "_read_started", True):
+        return False
+    declared = meta.get("CONTENT_LENGTH")
+    if not declared:
+        return False  # no body, or a chunked one: nothing to wait for here
+    try:
+        length = ascii_int(declared)
+    except ValueError:
+        return False  # not a length Django would read either; the view sees the request as it came
+    return 0 < length <= read_ahead_limit()
+
+
+def read_ahead(request: HttpRequest) -> None:
+    """Wait for the body here, before any permit is taken (``request.body`` keeps it for the view).
+
+    A client that disconnects half-way raises ``UnreadablePostError`` here, as
+    it would in the view, with no permit taken.
+    """
+    if must_read_ahead(request):
+        request.body  # noqa: B018 - read for its effect: the body is now in memory

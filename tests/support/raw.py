@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from django_semaphore import Semaphore
-from django_semaphore.core import backend
+from django_semaphore.core import connection
 from django_semaphore.core.replies import RenewReply
 
 
 def release_token(sem: Semaphore, token: object) -> bool:
-    return bool(backend.run(sem.calls.release(token), sem.name, sem.partition))  # type: ignore[arg-type]
+    return bool(connection.run(sem.calls.release(token), sem.name, sem.partition))  # type: ignore[arg-type]
 
 
 def renew_token(sem: Semaphore, token: object, lease: float) -> bool:
-    reply = backend.run(sem.calls.renew(token, int(lease * 1000)), sem.name, sem.partition)  # type: ignore[arg-type]
+    reply = connection.run(sem.calls.renew(token, int(lease * 1000)), sem.name, sem.partition)  # type: ignore[arg-type]
     return RenewReply.parse(reply).held

@@ -107,7 +107,8 @@ def _lose_data_or_cancel_first(rng: random.Random, client: Any) -> None:
     partition before (or without) its acquire.
     """
     from django_semaphore import Semaphore
-    from django_semaphore.core import backend
+    from django_semaphore.core import connection
+    from django_semaphore.core.calls import AcquireOptions
     from django_semaphore.core.conf import SemaphoreConfig
 
     config = SemaphoreConfig.from_options("soak-keyed-spare", {"limit": 2, "lease": LEASE, "key": "user"})
@@ -121,4 +122,4 @@ def _lose_data_or_cancel_first(rng: random.Random, client: Any) -> None:
         permit.release()
     else:
         sem = Semaphore(config, f"never-{rng.randrange(1 << 30)}")
-        backend.run(sem._request(wait=1).cancel_call(), sem.name, sem.partition)
+        connection.run(AcquireOptions(wait=1).request(sem.config, sem.calls).cancel_call(), sem.name, sem.partition)

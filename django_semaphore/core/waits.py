@@ -1,11 +1,9 @@
-"""Run the acquire flow's steps on a real client, sync or asyncio.
+"""A waiter's wait on its wake list, ended on time; and what an interrupted acquire gives back.
 
-Besides relaying steps, a driver owns three things the flow cannot see:
+The acquire flow (core/flow.py) asks its driver to ``Block`` and gets back
+what ``Woken`` it; these are the waits themselves, on a sync or an asyncio
+client, and the clean-up a driver runs when a call is cut short.
 
-- **When a call is too late.** Each acquire carries a "not after" time on the
-  server's clock, past which its caller has given up on it (a Redis hung for
-  longer than the socket timeout replays what it buffered when it resumes);
-  the script then refuses it instead of granting a permit nobody holds.
 - **A wait that ends on time.** Redis fires ``BLPOP`` timeouts on its own
   timer (``hz``: every 100 ms by default), so a wait that ends at the
   caller's deadline is also bounded here; when Redis is late, the driver
@@ -21,15 +19,17 @@ Besides relaying steps, a driver owns three things the flow cannot see:
   background reconciler, which retries until Redis confirms. Its clean-up
   also leaves a tombstone for the call, so an acquire Redis runs only after
   it (a hung server replaying what it buffered) is refused.
+
+The sync and asyncio waits stay two: the sync one reads its own deadline
+connection (core/bounded.py) with a timeout, the asyncio one awaits a read it
+can cancel; what they decide (the timeout, the grace, leave or wake itself)
+is shared (``_cap``, ``_grace``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import math
-import time
-from collections import OrderedDict
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -38,12 +38,10 @@ import redis.exceptions
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from . import bounded, scripts
-from .bounded import NO_DEADLINE, Deadline
-from .errors import OUTAGE_ERRORS as OUTAGE_ERRORS  # re-exported: classify with errors.is_outage
+from .bounded import Deadline
+from .calls import AcquireRequest
 from .errors import is_outage
-from .flow import Acquire, AcquireRequest, Block, Confirm, Flow, Woken
 from .renewal import renewer
-from .replies import AcquireReply
 
 # How much later than asked a precise wait may end before the driver stops waiting for Redis.
 LATE_WAIT_GRACE = 0.01
@@ -56,113 +54,31 @@ WAKE_SELF = b"W"
 UNBLOCKED_READ = 1.0
 
 
-@dataclass
-class ReplicaConfirmation:
-    """The stricter mode's ``WAIT``: how many replicas, how long, and how many answered."""
+@dataclass(frozen=True)
+class Block:
+    """Wait for a note on the wake list for up to ``timeout`` s; reply: a ``Woken``.
 
-    replicas: int
-    timeout_ms: int
-    acked: int = 0
-
-    def short(self, reply: AcquireReply) -> bool:
-        """A permit was granted but too few replicas have it."""
-        return reply.granted and self.acked < self.replicas
-
-
-class ServerClock:
-    """What the server's clock reads, from this process's monotonic clock, per semaphore.
-
-    Each acquire reply carries the server's ``now``; it was read before the
-    reply arrived, so ``now - arrival`` is a lower bound of the offset between
-    the two clocks. A deadline computed with it is never later, on the
-    server's clock, than the moment this process gives up. Kept per semaphore
-    key, since the nodes of a Redis Cluster have clocks of their own.
+    ``precise``: this wait ends at the caller's deadline, so the driver must not
+    let Redis's timer make it late (it leaves the line itself if need be).
+    ``at_expiry``: this wait ends when the earliest lease does, and the waiter
+    then asks again (which reclaims it); the driver must not let Redis's timer
+    make that late either (it ends its own wait, staying in line).
     """
 
-    LIMIT = 10_000
-
-    def __init__(self) -> None:
-        self._offsets: OrderedDict[str, float] = OrderedDict()
-
-    def observe(self, key: str, server_now_ms: int, received_at: float) -> None:
-        self._offsets[key] = server_now_ms - received_at * 1000
-        self._offsets.move_to_end(key)
-        if len(self._offsets) > self.LIMIT:
-            self._offsets.popitem(last=False)
-
-    def bound(self, key: str, within: float | None) -> int:
-        """Server ms, at the latest, of ``within`` seconds from now (0: unknown, no bound).
-
-        Two bounds go with each acquire. The client's read timeout: a call
-        Redis runs later was abandoned (a retry of it is refused too, which
-        the caller sees as the outage it is), and a clean-up sent after the
-        caller gave up runs after the bound, so a replayed acquire can never
-        overtake it. And what is left of the caller's wait: nothing is
-        granted after that.
-        """
-        offset = self._offsets.get(key)
-        if offset is None or within is None:
-            return 0
-        return max(int((time.monotonic() + within) * 1000 + offset), 1)
+    timeout: float
+    precise: bool
+    at_expiry: bool = False
 
 
-server_clock = ServerClock()
+@dataclass(frozen=True)
+class Woken:
+    note: Any = None  # the note popped, or None when the wait timed out
+    left: bool = False  # the driver already left the line: the wait overran the deadline
 
 
 def _cap(timeout: float, read_timeout: float | None) -> float:
     """Keep a blocking read inside the socket timeout, or redis-py would call it an outage."""
     return min(timeout, read_timeout * 0.8) if read_timeout else timeout
-
-
-def _given_up(read_timeout: float | None, deadline: Deadline) -> float | None:
-    """Seconds from now until the caller gives up on a reply: its read timeout, or its deadline if sooner."""
-    left = min(deadline.left(), math.inf if read_timeout is None else read_timeout)
-    return None if left == math.inf else max(left, 0.0)
-
-
-def drive(
-    client: Any,
-    request: AcquireRequest,
-    flow: Flow,
-    read_timeout: float | None,
-    confirm: ReplicaConfirmation | None = None,
-    deadline: Deadline = NO_DEADLINE,
-) -> AcquireReply:
-    """Run ``flow`` to its end on a sync client, every round trip by ``deadline``."""
-    clock_key = request.calls.keys.base
-    try:
-        step = next(flow)
-        while True:
-            reply: Any
-            if isinstance(step, Acquire):
-                call = request.acquire_call(
-                    server_clock.bound(clock_key, _given_up(read_timeout, deadline)),
-                    server_clock.bound(clock_key, step.remaining),
-                )
-                reply = _run(client, call, confirm, deadline)
-                server_clock.observe(clock_key, reply[6], time.monotonic())
-            elif isinstance(step, Block):
-                reply = _block(client, request, step, read_timeout, deadline)
-            elif isinstance(step, Confirm):
-                reply = _run(client, request.confirm_call(), confirm, deadline)
-            else:
-                reply = bounded.run(client, request.cancel_call(), deadline)
-            try:
-                step = flow.send(reply)
-            except StopIteration as done:
-                result: AcquireReply = done.value
-                return result
-    except BaseException as error:
-        _clean_up(client, request, error, deadline)
-        raise
-
-
-def _run(client: Any, call: Any, confirm: ReplicaConfirmation | None, deadline: Deadline) -> Any:
-    """One script call by ``deadline``; in the stricter mode, confirmed by replicas (``WAIT``) too."""
-    if confirm is None:
-        return bounded.run(client, call, deadline)
-    reply, confirm.acked = bounded.run_confirmed(client, call, confirm.replicas, confirm.timeout_ms, deadline)
-    return reply
 
 
 def _worth_trying_now(error: BaseException) -> bool:
@@ -174,7 +90,7 @@ def _worth_trying_now(error: BaseException) -> bool:
     return isinstance(error, redis.exceptions.ConnectionError) or not is_outage(error)
 
 
-def _clean_up(client: Any, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
+def clean_up(client: Any, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
     """Give back whatever an interrupted call may hold: now if Redis answers (and time is left), else later."""
     if _worth_trying_now(error) and not deadline.passed():
         try:
@@ -201,7 +117,7 @@ def _wake_self(client: Any, request: AcquireRequest, deadline: Deadline) -> None
             raise reply
 
 
-def _block(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None, deadline: Deadline) -> Woken:
+def block(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None, deadline: Deadline) -> Woken:
     """Wait on the wake list, every reply read by ``deadline``.
 
     A wait that ends at the caller's deadline (precise) or when the earliest
@@ -250,59 +166,8 @@ def _note(reply: Any) -> Any:
     return reply[1] if reply else None
 
 
-async def adrive(
-    client: Any,
-    request: AcquireRequest,
-    flow: Flow,
-    read_timeout: float | None,
-    confirm: ReplicaConfirmation | None = None,
-    deadline: Deadline = NO_DEADLINE,
-) -> AcquireReply:
-    """``drive`` on an asyncio client; a cancelled task still gives back what it may hold.
-
-    The caller bounds the whole call by ``deadline`` (it cancels the task
-    then); here it bounds the "not after" of each acquire.
-    """
-    clock_key = request.calls.keys.base
-    try:
-        step = next(flow)
-        while True:
-            reply: Any
-            if isinstance(step, Acquire):
-                call = request.acquire_call(
-                    server_clock.bound(clock_key, _given_up(read_timeout, deadline)),
-                    server_clock.bound(clock_key, step.remaining),
-                )
-                if confirm is not None:
-                    reply, confirm.acked = await scripts.arun_confirmed(
-                        client, call, confirm.replicas, confirm.timeout_ms
-                    )
-                else:
-                    reply = await scripts.arun(client, call)
-                server_clock.observe(clock_key, reply[6], time.monotonic())
-            elif isinstance(step, Block):
-                reply = await _ablock(client, request, step, read_timeout)
-            elif isinstance(step, Confirm):
-                if confirm is not None:
-                    reply, confirm.acked = await scripts.arun_confirmed(
-                        client, request.confirm_call(), confirm.replicas, confirm.timeout_ms
-                    )
-                else:
-                    reply = await scripts.arun(client, request.confirm_call())
-            else:
-                reply = await scripts.arun(client, request.cancel_call())
-            try:
-                step = flow.send(reply)
-            except StopIteration as done:
-                result: AcquireReply = done.value
-                return result
-    except BaseException as error:
-        await _aclean_up(client, request, error, deadline)
-        raise
-
-
-async def _aclean_up(client: Any, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
-    """``_clean_up`` for a task; one cut off at its deadline leaves it to the background (it must end now)."""
+async def aclean_up(client: Any, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
+    """``clean_up`` for a task; one cut off at its deadline leaves it to the background (it must end now)."""
     if _worth_trying_now(error) and not deadline.passed():
 
         async def leave() -> None:
@@ -323,7 +188,7 @@ async def _awake_self(client: Any, request: AcquireRequest) -> None:
     await pipe.execute()
 
 
-async def _ablock(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
+async def ablock(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
     timeout = _cap(step.timeout, read_timeout)
     punctual = step.precise or step.at_expiry
     if not punctual or isinstance(client, AsyncRedisCluster):

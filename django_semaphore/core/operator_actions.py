@@ -1,0 +1,90 @@
+"""What operators do to a semaphore: read its status, take permits away, set or move its limit.
+
+A base of ``Semaphore`` (core/semaphore.py): ``manage.py semaphore_status``,
+``semaphore_release``, ``semaphore_limit``, the dashboard and the Python API
+all come here. Each action is one script call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import vanished
+from .calls import Calls
+from .conf import MAX_LIMIT, SemaphoreConfig
+from .connection import arun, run
+from .flow import server_clock
+from .redis_keys import SemaphoreKeys
+from .replies import SemaphoreStatus
+
+
+class OperatorActions:
+    """Status, force release and the runtime limit of one semaphore (or partition)."""
+
+    name: str
+    partition: str | None
+    config: SemaphoreConfig
+    calls: Calls
+    keys: SemaphoreKeys
+
+    def status(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
+        """Limit, use, waiters, counters and holders; reclaims expired holders first.
+
+        ``history=True`` adds the last hour of utilisation samples.
+        """
+        reply = run(self.calls.status(max_holders, history), self.name, self.partition)
+        return self._parsed_status(reply)
+
+    async def astatus(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
+        reply = await arun(self.calls.status(max_holders, history), self.name, self.partition)
+        return self._parsed_status(reply)
+
+    def _parsed_status(self, reply: Any) -> SemaphoreStatus:
+        """The status, and the server's clock it read: a later acquire is then refused once abandoned.
+
+        Without a reading, an acquire carries no "not after" bound: a caller
+        who gave up on a stalled server (its command already in the server's
+        buffers, as Redis 6.2 runs a paused client's) would leave a permit
+        granted to nobody until the background clean-up returns it. Keys
+        found gone under held permits are reported here too (core/vanished.py).
+        """
+        vanished.report_status(self.name, self.partition, reply)
+        status = SemaphoreStatus.parse(self.name, self.partition, self.config.limit, reply, self.config.adaptive)
+        server_clock.observe(self.keys.base, status.now_ms, time.monotonic())
+        return status
+
+    def force_release(self, token: str) -> bool:
+        """Take one holder's permit away (an operator's fix for a stuck holder); an empty token takes nothing."""
+        if not token:
+            return False
+        return bool(self._force(token))
+
+    def force_release_all(self) -> list[str]:
+        """Take every holder's permit away; returns their tokens."""
+        return self._force(None)
+
+    def _force(self, token: str | None) -> list[str]:
+        released = run(self.calls.force_release(token), self.name, self.partition)
+        return [t.decode() if isinstance(t, bytes) else str(t) for t in released]
+
+    def set_limit(self, limit: int | None) -> int:
+        """Override the limit at run time (0 pauses; None clears the override); returns the limit in force."""
+        if limit is None:
+            return self._limit("clear")
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= MAX_LIMIT:
+            raise ValueError(f"A limit override must be an integer from 0 to {MAX_LIMIT}.")
+        return self._limit("set", limit)
+
+    def add_permits(self, change: int) -> int:
+        """Raise (or, negative, lower) the limit in force atomically; returns the new limit.
+
+        Two operators or an autoscaler adding at once never lose an update;
+        the result stays between 0 (paused) and the maximum.
+        """
+        if not isinstance(change, int) or isinstance(change, bool) or not -MAX_LIMIT <= change <= MAX_LIMIT:
+            raise ValueError(f"A change of the limit must be an integer from -{MAX_LIMIT} to {MAX_LIMIT}.")
+        return self._limit("add", change)
+
+    def _limit(self, operation: str, value: int = 0) -> int:
+        return int(run(self.calls.set_limit(operation, value), self.name, self.partition))

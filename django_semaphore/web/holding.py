@@ -1,0 +1,166 @@
+"""A guarded request's permits held until its response is complete, and given back on every way out.
+
+A plain response is complete when the view returns; a streaming one when it
+has been sent and closed (``hold_until_closed``). Whatever raises on the way
+(a view, a key function, a signal receiver, a cancellation) gives back what
+was taken (``ReleasedOnError``).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from types import TracebackType
+
+from django.http import HttpResponseBase, StreamingHttpResponse
+
+from ..core.permit import Permit
+from ..core.renewal import renewer
+from .admission import Admission
+
+logger = logging.getLogger("django_semaphore.requests")
+
+
+class ReleasedOnError:
+    """Whatever raises inside it (a view, a key function, a signal receiver, a cancellation) runs ``release``.
+
+    Once a permit is granted, only the code that took it holds a reference
+    that could give it back; an exception that skipped the release would
+    leave the permit held until its lease ends. A class rather than a
+    generator-based context manager: it runs on every guarded request.
+    """
+
+    __slots__ = ("release",)
+
+    def __init__(self, release: Callable[[], object]) -> None:
+        self.release = release
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is not None:
+            self.release()
+
+
+class AReleasedOnError:
+    """``ReleasedOnError`` for async code: ``release`` returns an awaitable."""
+
+    __slots__ = ("release",)
+
+    def __init__(self, release: Callable[[], Awaitable[object]]) -> None:
+        self.release = release
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is not None:
+            await self.release()
+
+
+def release_all(admissions: Sequence[Admission]) -> None:
+    """Release in reverse order of acquisition."""
+    for admission in reversed(admissions):
+        admission.release()
+
+
+async def arelease_all(admissions: Sequence[Admission]) -> None:
+    for admission in reversed(admissions):
+        await admission.arelease()
+
+
+def _abandoned(admissions: Sequence[Admission]) -> None:
+    """A streaming response was dropped without being closed: stop renewing, let leases end."""
+    for admission in admissions:
+        if admission.permit is not None and not admission.released:
+            logger.warning("A response holding %r was never closed; its lease will end it.", admission.permit)
+            renewer.forget(admission.permit)
+
+
+def finish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
+    """Release now, or when a streaming response is closed."""
+    if getattr(response, "streaming", False):
+        return hold_until_closed(response, admissions)
+    release_all(admissions)
+    return response
+
+
+async def afinish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
+    if getattr(response, "streaming", False):
+        return hold_until_closed(response, admissions)
+    await arelease_all(admissions)
+    return response
+
+
+def _lost(permits: Sequence[Permit]) -> Permit | None:
+    return next((permit for permit in permits if permit.lost), None)
+
+
+def _until_lost(response: StreamingHttpResponse, permits: Sequence[Permit]) -> Iterable[bytes] | AsyncIterable[bytes]:
+    """The stream, cut short once a permit it holds is lost (its max_hold reached, or taken away).
+
+    A client that stops reading, or reads a byte a second, would otherwise keep
+    the permit for as long as the server keeps the connection.
+    """
+    content = response.streaming_content
+
+    def cut(permit: Permit) -> None:
+        logger.warning("Ending a streamed response early: it held %r past its max_hold.", permit)
+
+    if response.is_async:
+
+        async def async_chunks() -> AsyncIterator[bytes]:
+            async for chunk in content:  # type: ignore[union-attr]
+                lost = _lost(permits)
+                if lost is not None:
+                    cut(lost)
+                    return
+                yield chunk
+
+        return async_chunks()
+
+    def chunks() -> Iterator[bytes]:
+        for chunk in content:  # type: ignore[union-attr]
+            lost = _lost(permits)
+            if lost is not None:
+                cut(lost)
+                return
+            yield chunk
+
+    return chunks()
+
+
+def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
+    """Keep the permits until a streaming response has been sent and closed.
+
+    A plain response is complete when the view returns, but a stream (a
+    ``StreamingHttpResponse``, a ``FileResponse``) does its work while it is
+    sent. Servers call ``response.close()`` when they are done with a response
+    (WSGI and ASGI both, and so does the test client); wrapping it releases
+    the permits then, in reverse order. If nobody ever closes the response,
+    a finaliser stops renewing the permits so their leases end on their own
+    instead of being renewed forever.
+    """
+    held = [admission for admission in admissions if admission.permit is not None]
+    if not held:
+        return response
+    permits = [admission.permit for admission in held if admission.permit is not None]
+    if isinstance(response, StreamingHttpResponse):
+        response.streaming_content = _until_lost(response, permits)
+    close = response.close
+
+    def close_and_release() -> None:
+        try:
+            close()
+        finally:
+            release_all(held)
+
+    response.close = close_and_release  # type: ignore[method-assign]
+    weakref.finalize(response, _abandoned, held)
+    return response
