@@ -15,7 +15,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from .web.admission import Admission, aadmit, admit
+from .web.admission import Admission, Guarded, aadmit, admit
 from .web.holding import AReleasedOnError, ReleasedOnError, afinish, finish
 from .web.responses import add_ratelimit_headers, arespond, respond
 
@@ -50,6 +50,8 @@ def semaphore(
     every semaphore that looked at the request to its admission.
     """
 
+    guarded = Guarded(name, key, wait, weight)
+
     def rejected(request: HttpRequest, admission: Admission) -> HttpResponseBase:
         if raise_exception:
             raise admission.exception()
@@ -63,7 +65,7 @@ def semaphore(
         return await arespond(request, admission.exception(), admission)
 
     async def guard_async(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        admission = await aadmit(request, name, key=key, wait=wait, weight=weight)
+        admission = await aadmit(request, guarded)
         # Everything after the grant is inside: whatever raises, the permit goes back.
         async with AReleasedOnError(admission.arelease):
             if admission.rejected and block:
@@ -75,7 +77,7 @@ def semaphore(
             return await afinish(response, [admission])
 
     def guard_sync(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        admission = admit(request, name, key=key, wait=wait, weight=weight)
+        admission = admit(request, guarded)
         with ReleasedOnError(admission.release):
             if admission.rejected and block:
                 return rejected(request, admission)

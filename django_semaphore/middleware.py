@@ -102,9 +102,7 @@ def _admit_all(request: HttpRequest, rules: list[Rule]) -> list[Admission]:
     held: list[Admission] = []
     with ReleasedOnError(lambda: release_all(held)):
         for rule in rules:
-            held.append(
-                admit(request, rule.semaphore, key=rule.key, wait=rule.wait, weight=rule.weight, mode=rule.mode)
-            )
+            held.append(admit(request, rule.guarded))
             if held[-1].rejected:
                 break
     return held
@@ -114,9 +112,7 @@ async def _aadmit_all(request: HttpRequest, rules: list[Rule]) -> list[Admission
     held: list[Admission] = []
     async with AReleasedOnError(lambda: arelease_all(held)):
         for rule in rules:
-            held.append(
-                await aadmit(request, rule.semaphore, key=rule.key, wait=rule.wait, weight=rule.weight, mode=rule.mode)
-            )
+            held.append(await aadmit(request, rule.guarded))
             if held[-1].rejected:
                 break
     return held

@@ -19,7 +19,7 @@ from django_semaphore.core import connection, scripts
 from django_semaphore.core.calls import AcquireOptions
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.connection import get_client
-from django_semaphore.core.flow import acquire_flow, drive
+from django_semaphore.core.flow import Driver, acquire_flow
 from django_semaphore.core.replies import AcquireReply
 
 from .support.polling import wait_until
@@ -201,14 +201,14 @@ def test_an_interrupted_acquire_under_an_identity_gives_back_only_its_own_grant(
     # Another process with the same identity: its acquire renews the permit held, then is cut off.
     request = AcquireOptions(identity="nightly-export", wait=1).request(sem.config, sem.calls)
     with pytest.raises(KeyboardInterrupt):
-        drive(get_client(), request, _interrupted_after_the_first_reply(request), 2.0)
+        Driver(get_client(), request).drive(_interrupted_after_the_first_reply(request))
     status = sem.status()
     assert status.used == 1 and [h.token for h in status.holders] == [held.token]
     # Its own grant, on the other hand, goes back.
     held.release()
     request = AcquireOptions(identity="nightly-export", wait=1).request(sem.config, sem.calls)
     with pytest.raises(KeyboardInterrupt):
-        drive(get_client(), request, _interrupted_after_the_first_reply(request), 2.0)
+        Driver(get_client(), request).drive(_interrupted_after_the_first_reply(request))
     assert sem.status().used == 0
 
 
@@ -228,7 +228,7 @@ def test_an_acquire_the_server_runs_after_its_clean_up_grants_nothing(monkeypatc
     sem = make("overtaken", 1, lease=60)
     request = AcquireOptions(wait=0.3).request(sem.config, sem.calls)
     with pytest.raises(redis.exceptions.TimeoutError):
-        drive(get_client(), request, _timed_out_before_the_reply(request), 2.0)
+        Driver(get_client(), request).drive(_timed_out_before_the_reply(request))
     wait_until(lambda: renewer.pending() == 0)  # the clean-up ran (in the background)
     late = AcquireReply.parse(connection.run(request.acquire_call(0), sem.name, sem.partition), 0.0)
     assert not late.granted and sem.status().used == 0, late

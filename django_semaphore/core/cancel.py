@@ -25,8 +25,7 @@ from . import scripts
 from .bounded import Deadline
 from .calls import AcquireRequest
 from .conf import MAX_SECONDS
-from .connection import socket_timeout
-from .flow import acquire_flow, drive
+from .flow import Driver, acquire_flow
 from .replicas import ReplicaConfirmation
 from .replies import FULL, AcquireReply
 
@@ -97,7 +96,7 @@ def drive_cancellable(
     started = time.monotonic()
     flow = acquire_flow(request, CancellableClock(cancel))
     with watching(cancel, lambda: scripts.run(client, request.cancel_call(unblock=True))):
-        reply = drive(client, request, flow, socket_timeout(client), confirm, deadline)
+        reply = Driver(client, request, confirm, deadline).drive(flow)
     if cancel.is_set() and reply.granted:
         scripts.run(client, request.release_call())
         reply = replace(reply, code=FULL)

@@ -2,12 +2,13 @@
 
 ``acquire_flow`` is a generator that yields the Redis steps it needs (acquire,
 block on the waiter's wake list, confirm a handed permit, leave the line) and
-receives their replies. The sync and asyncio drivers (``drive``, ``adrive``)
-run the same generator, so both wait in line the same way and neither hops
-to a thread; the unit tests run it with scripted replies. What a step sends
-is decided once for both drivers (``_call_for``); a driver only does the I/O:
-on the sync client every round trip ends by the call's deadline
-(core/bounded.py), on the asyncio client the caller cancels the task then.
+receives their replies. The sync and asyncio drivers (``Driver.drive``,
+``Driver.adrive``) run the same generator, so both wait in line the same way
+and neither hops to a thread; the unit tests run it with scripted replies.
+What a step sends is decided once for both (``Driver._call_for``); a driver
+only does the I/O: on the sync client every round trip ends by the call's
+deadline (core/bounded.py), on the asyncio client the caller cancels the task
+then.
 
 Besides relaying steps, a driver owns three things the flow cannot see:
 
@@ -26,11 +27,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from . import bounded, scripts, waits
 from .bounded import NO_DEADLINE, Deadline
 from .calls import AcquireRequest, ScriptCall
+from .connection import socket_timeout
 from .replicas import ReplicaConfirmation
 from .replies import FULL, QUEUED, TOO_LATE, AcquireReply, Handover, RenewReply
 from .waits import Block, Woken
@@ -215,102 +218,105 @@ def _given_up(read_timeout: float | None, deadline: Deadline) -> float | None:
     return None if left == float("inf") else max(left, 0.0)
 
 
-def _call_for(request: AcquireRequest, step: Step, read_timeout: float | None, deadline: Deadline) -> ScriptCall:
-    """The script call a step sends (every step but a wait), the same for both drivers."""
-    if isinstance(step, Acquire):
-        clock_key = request.calls.keys.base
-        return request.acquire_call(
-            server_clock.bound(clock_key, _given_up(read_timeout, deadline)),
-            server_clock.bound(clock_key, step.remaining),
-        )
-    if isinstance(step, Confirm):
-        return request.confirm_call()
-    return request.cancel_call()
+class _Stepping:
+    """A flow being run: the step it asks for now (None once it returned), and what it returned."""
+
+    def __init__(self, flow: Flow) -> None:
+        self._flow = flow
+        self._returned: AcquireReply | None = None
+        self.step: Step | None = next(flow)
+
+    def reply(self, reply: Any) -> None:
+        try:
+            self.step = self._flow.send(reply)
+        except StopIteration as done:
+            self.step, self._returned = None, done.value
+
+    @property
+    def returned(self) -> AcquireReply:
+        assert self._returned is not None, "the flow has not returned"
+        return self._returned
 
 
-def _answered(request: AcquireRequest, step: Step, reply: Any) -> Any:
-    """A step's reply as the flow takes it; an acquire's also sets the server's clock."""
-    if isinstance(step, Acquire):
-        server_clock.observe(request.calls.keys.base, reply[6], time.monotonic())
-    return reply
+@dataclass
+class Driver:
+    """One acquire's I/O: its client, its request, replica confirmation, and the deadline of the whole call.
 
-
-def _confirmed(step: Step, confirm: ReplicaConfirmation | None) -> ReplicaConfirmation | None:
-    """Replicas confirm what grants a permit (an acquire, a confirmation), not the leaving of the line."""
-    return None if isinstance(step, Leave) else confirm
-
-
-def drive(
-    client: Any,
-    request: AcquireRequest,
-    flow: Flow,
-    read_timeout: float | None,
-    confirm: ReplicaConfirmation | None = None,
-    deadline: Deadline = NO_DEADLINE,
-) -> AcquireReply:
-    """Run ``flow`` to its end on a sync client, every round trip by ``deadline``."""
-    try:
-        step = next(flow)
-        while True:
-            reply: Any
-            if isinstance(step, Block):
-                reply = waits.block(client, request, step, read_timeout, deadline)
-            else:
-                call = _call_for(request, step, read_timeout, deadline)
-                reply = _answered(request, step, _run(client, call, _confirmed(step, confirm), deadline))
-            try:
-                step = flow.send(reply)
-            except StopIteration as done:
-                result: AcquireReply = done.value
-                return result
-    except BaseException as error:
-        waits.clean_up(client, request, error, deadline)
-        raise
-
-
-def _run(client: Any, call: ScriptCall, confirm: ReplicaConfirmation | None, deadline: Deadline) -> Any:
-    """One script call by ``deadline``; in the stricter mode, confirmed by replicas (``WAIT``) too."""
-    if confirm is None:
-        return bounded.run(client, call, deadline)
-    reply, confirm.acked = bounded.run_confirmed(client, call, confirm.replicas, confirm.timeout_ms, deadline)
-    return reply
-
-
-async def adrive(
-    client: Any,
-    request: AcquireRequest,
-    flow: Flow,
-    read_timeout: float | None,
-    confirm: ReplicaConfirmation | None = None,
-    deadline: Deadline = NO_DEADLINE,
-) -> AcquireReply:
-    """``drive`` on an asyncio client; a cancelled task still gives back what it may hold.
-
-    The caller bounds the whole call by ``deadline`` (it cancels the task
-    then); here it bounds the "not after" of each acquire.
+    ``drive`` runs a flow on a sync client, every round trip by ``deadline``;
+    ``adrive`` on an asyncio client, whose caller cancels the task at the
+    deadline (here it bounds the "not after" of each acquire). Both decide
+    what a step sends in one place (``_call_for``, ``_answered``) and give back
+    what a call cut short may hold (core/waits.py), a cancelled task too.
     """
-    try:
-        step = next(flow)
-        while True:
-            reply: Any
-            if isinstance(step, Block):
-                reply = await waits.ablock(client, request, step, read_timeout)
-            else:
-                call = _call_for(request, step, read_timeout, deadline)
-                reply = _answered(request, step, await _arun(client, call, _confirmed(step, confirm)))
-            try:
-                step = flow.send(reply)
-            except StopIteration as done:
-                result: AcquireReply = done.value
-                return result
-    except BaseException as error:
-        await waits.aclean_up(client, request, error, deadline)
-        raise
 
+    client: Any
+    request: AcquireRequest
+    confirm: ReplicaConfirmation | None = None
+    deadline: Deadline = NO_DEADLINE
 
-async def _arun(client: Any, call: ScriptCall, confirm: ReplicaConfirmation | None) -> Any:
-    """``_run`` on an asyncio client (the caller's task ends at the deadline)."""
-    if confirm is None:
-        return await scripts.arun(client, call)
-    reply, confirm.acked = await scripts.arun_confirmed(client, call, confirm.replicas, confirm.timeout_ms)
-    return reply
+    def drive(self, flow: Flow) -> AcquireReply:
+        try:
+            stepping = _Stepping(flow)
+            while stepping.step is not None:
+                stepping.reply(self._perform(stepping.step))
+        except BaseException as error:
+            waits.clean_up(self.client, self.request, error, self.deadline)
+            raise
+        return stepping.returned
+
+    async def adrive(self, flow: Flow) -> AcquireReply:
+        try:
+            stepping = _Stepping(flow)
+            while stepping.step is not None:
+                stepping.reply(await self._aperform(stepping.step))
+        except BaseException as error:
+            await waits.aclean_up(self.client, self.request, error, self.deadline)
+            raise
+        return stepping.returned
+
+    @cached_property
+    def _read_timeout(self) -> float | None:
+        return socket_timeout(self.client)
+
+    def _perform(self, step: Step) -> Any:
+        if isinstance(step, Block):
+            return waits.block(self.client, self.request, step, self._read_timeout, self.deadline)
+        call, confirm = self._call_for(step), self._confirmed(step)
+        if confirm is None:
+            return self._answered(step, bounded.run(self.client, call, self.deadline))
+        reply, confirm.acked = bounded.run_confirmed(
+            self.client, call, confirm.replicas, confirm.timeout_ms, self.deadline
+        )
+        return self._answered(step, reply)
+
+    async def _aperform(self, step: Step) -> Any:
+        if isinstance(step, Block):
+            return await waits.ablock(self.client, self.request, step, self._read_timeout)
+        call, confirm = self._call_for(step), self._confirmed(step)
+        if confirm is None:
+            return self._answered(step, await scripts.arun(self.client, call))
+        reply, confirm.acked = await scripts.arun_confirmed(self.client, call, confirm.replicas, confirm.timeout_ms)
+        return self._answered(step, reply)
+
+    def _call_for(self, step: Step) -> ScriptCall:
+        """The script call a step sends (every step but a wait)."""
+        request = self.request
+        if isinstance(step, Acquire):
+            clock_key = request.calls.keys.base
+            return request.acquire_call(
+                server_clock.bound(clock_key, _given_up(self._read_timeout, self.deadline)),
+                server_clock.bound(clock_key, step.remaining),
+            )
+        if isinstance(step, Confirm):
+            return request.confirm_call()
+        return request.cancel_call()
+
+    def _confirmed(self, step: Step) -> ReplicaConfirmation | None:
+        """Replicas confirm what grants a permit (an acquire, a confirmation), not the leaving of the line."""
+        return None if isinstance(step, Leave) else self.confirm
+
+    def _answered(self, step: Step, reply: Any) -> Any:
+        """A step's reply as the flow takes it; an acquire's also sets the server's clock."""
+        if isinstance(step, Acquire):
+            server_clock.observe(self.request.calls.keys.base, reply[6], time.monotonic())
+        return reply

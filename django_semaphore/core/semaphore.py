@@ -28,9 +28,9 @@ from .calls import (
     keyword_options,
 )
 from .conf import SemaphoreConfig, config_for, declared
-from .connection import aclient, get_client, socket_timeout, translated
+from .connection import aclient, get_client, translated
 from .errors import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit, WeightMismatch
-from .flow import acquire_flow, adrive, drive
+from .flow import Driver, acquire_flow
 from .operator_actions import OperatorActions
 from .partition_browsing import PartitionBrowsing
 from .permit import Permit
@@ -156,7 +156,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             request = _left_to_wait(request, deadline)
             confirm = replicas.confirmation(self.config, client) if self.config.replicas else None
             if options.cancel is None:
-                reply = drive(client, request, acquire_flow(request), socket_timeout(client), confirm, deadline)
+                reply = Driver(client, request, confirm, deadline).drive(acquire_flow(request))
             else:
                 reply = cancel.drive_cancellable(client, request, confirm, options.cancel, deadline)
             if confirm is not None and confirm.short(reply):
@@ -191,7 +191,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         confirm: ReplicaConfirmation | None = (
             replicas.confirmation(self.config, client) if self.config.replicas else None
         )
-        reply = await adrive(client, request, acquire_flow(request), socket_timeout(client), confirm, deadline)
+        reply = await Driver(client, request, confirm, deadline).adrive(acquire_flow(request))
         if confirm is not None and confirm.short(reply):
             await scripts.arun(client, request.release_call())
             raise replicas.unconfirmed(self.name, self.partition, confirm)

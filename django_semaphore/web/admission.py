@@ -32,7 +32,7 @@ nothing is done there (docs/security.md, "Slow clients").
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,22 +138,24 @@ class Admission:
 
     def release(self) -> None:
         """Give the permit back (idempotent); an outage only logs, the release is retried in the background."""
-        if self.permit is None or self._released:
-            return
-        self._released = True
-        if self.hung.error is not None:
-            self.permit.release_in_background()
-            return
-        self.hung.note(give_back(self.permit))
+        self.hung.note(give_back(self._leaving()))
 
     async def arelease(self) -> None:
+        self.hung.note(await agive_back(self._leaving()))
+
+    def _leaving(self) -> Permit | None:
+        """The permit to give back now, once; None when there is none, or it goes from the background.
+
+        After a request met a hung Redis, its permits go back from the
+        background: it pays one timeout at most.
+        """
         if self.permit is None or self._released:
-            return
+            return None
         self._released = True
         if self.hung.error is not None:
             self.permit.release_in_background()
-            return
-        self.hung.note(await agive_back(self.permit))
+            return None
+        return self.permit
 
 
 def _partition(whole: Semaphore, value: Any) -> Semaphore | None:
@@ -247,15 +249,42 @@ def skipped(request: HttpRequest, name: str, outcome: str, mode: str = ENFORCE) 
 
 
 @dataclass(frozen=True)
+class Guarded:
+    """What one guard (a decorated view, a middleware rule) asks of a request.
+
+    The semaphore by name; ``key`` (None: the semaphore's own key setting),
+    ``wait`` and ``weight`` (None: the semaphore's), and the ``mode``.
+    """
+
+    name: str
+    key: Any = None
+    wait: float | None = None
+    weight: int | None = None
+    mode: str = ENFORCE
+
+
+@dataclass(frozen=True)
 class _KeyOf:
-    """The request's partition value under ``spec``; reply: the value (``key_for`` / ``akey_for``)."""
+    """The request's partition value under ``spec``; reply: the value."""
 
     spec: Any
+
+    def run(self, request: HttpRequest) -> Any:
+        return key_for(request, self.spec)
+
+    async def arun(self, request: HttpRequest) -> Any:
+        return await akey_for(request, self.spec)
 
 
 @dataclass(frozen=True)
 class _ReadBody:
-    """Read the request's body now; reply ignored."""
+    """Read the request's body now (in a thread, from an async view under WSGI); reply ignored."""
+
+    def run(self, request: HttpRequest) -> None:
+        read_ahead(request)
+
+    async def arun(self, request: HttpRequest) -> None:
+        await sync_to_async(read_ahead)(request)
 
 
 @dataclass(frozen=True)
@@ -265,6 +294,12 @@ class _Take:
     semaphore: Semaphore
     options: dict[str, Any]
 
+    def run(self, request: HttpRequest) -> Attempt:
+        return self.semaphore.attempt(**self.options)
+
+    async def arun(self, request: HttpRequest) -> Attempt:
+        return await self.semaphore.aattempt(**self.options)
+
 
 @dataclass(frozen=True)
 class _GiveBack:
@@ -272,17 +307,22 @@ class _GiveBack:
 
     permit: Permit | None
 
+    def run(self, request: HttpRequest) -> None:
+        give_back(self.permit)
+
+    async def arun(self, request: HttpRequest) -> None:
+        await agive_back(self.permit)
+
 
 _Step = _KeyOf | _ReadBody | _Take | _GiveBack
 _READ_BODY = _ReadBody()
 
 
-def _admission(
-    request: HttpRequest, name: str, key: Any, wait: float | None, weight: int | None, mode: str
-) -> Generator[_Step, Any, Admission]:
-    """Admit ``request`` to ``name``: the I/O it needs is yielded, an error of it thrown back in."""
+def _admission(request: HttpRequest, guarded: Guarded) -> Generator[_Step, Any, Admission]:
+    """Admit ``request`` as ``guarded`` says: the I/O it needs is yielded, an error of it thrown back in."""
+    name, mode = guarded.name, guarded.mode
     whole = get_semaphore(name)
-    spec = whole.config.key if key is None else key
+    spec = whole.config.key if guarded.key is None else guarded.key
     value = None if spec is None else (yield _KeyOf(spec))
     semaphore = _partition(whole, value)
     if semaphore is None:
@@ -293,7 +333,7 @@ def _admission(
     if hung.error is not None:
         return _decide(request, semaphore, value, mode, None, hung.error)
     try:
-        attempt: Attempt = yield _Take(semaphore, _options(request, semaphore, mode, wait, weight))
+        attempt: Attempt = yield _Take(semaphore, _options(request, semaphore, mode, guarded.wait, guarded.weight))
     except BackendUnavailable as exc:
         hung.note(exc)
         return _decide(request, semaphore, value, mode, None, exc)
@@ -307,74 +347,54 @@ def _admission(
         raise
 
 
-def admit(
-    request: HttpRequest,
-    name: str,
-    *,
-    key: Any = None,
-    wait: float | None = None,
-    weight: int | None = None,
-    mode: str = ENFORCE,
-) -> Admission:
-    """Take a permit of ``name`` for ``request`` (``key=None``: the semaphore's own key setting)."""
-    steps = _admission(request, name, key, wait, weight, mode)
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
+class _Admitting:
+    """An admission being run: the step it asks for now (None once it returned), and what it returned."""
+
+    def __init__(self, steps: Generator[_Step, Any, Admission]) -> None:
+        self._steps = steps
+        self._admitted: Admission | None = None
+        self.step: _Step | None = None
+        self._advance(lambda: next(steps))
+
+    def reply(self, value: Any) -> None:
+        self._advance(lambda: self._steps.send(value))
+
+    def throw(self, error: BaseException) -> None:
+        """The step failed: the admission handles it, or it is raised on from here."""
+        self._advance(lambda: self._steps.throw(error))
+
+    def _advance(self, move: Callable[[], _Step]) -> None:
         try:
-            step = steps.send(reply) if error is None else steps.throw(error)
+            self.step = move()
         except StopIteration as done:
-            admitted: Admission = done.value
-            return admitted
-        reply, error = None, None
-        try:
-            if isinstance(step, _KeyOf):
-                reply = key_for(request, step.spec)
-            elif isinstance(step, _Take):
-                reply = step.semaphore.attempt(**step.options)
-            elif isinstance(step, _GiveBack):
-                give_back(step.permit)
-            else:
-                read_ahead(request)
-        except BaseException as exc:
-            error = exc
+            self.step, self._admitted = None, done.value
+
+    @property
+    def admitted(self) -> Admission:
+        assert self._admitted is not None, "the admission has not returned"
+        return self._admitted
 
 
-async def aadmit(
-    request: HttpRequest,
-    name: str,
-    *,
-    key: Any = None,
-    wait: float | None = None,
-    weight: int | None = None,
-    mode: str = ENFORCE,
-) -> Admission:
-    """``admit`` on the asyncio client, for async views and the async middleware path.
+def admit(request: HttpRequest, guarded: Guarded) -> Admission:
+    """Take a permit of ``guarded.name`` for ``request``."""
+    admitting = _Admitting(_admission(request, guarded))
+    while admitting.step is not None:
+        try:
+            admitting.reply(admitting.step.run(request))
+        except BaseException as error:
+            admitting.throw(error)
+    return admitting.admitted
 
-    The body is read in a thread: an async view under WSGI (under ASGI,
-    Django has read it already, and nothing is asked).
-    """
-    steps = _admission(request, name, key, wait, weight, mode)
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
+
+async def aadmit(request: HttpRequest, guarded: Guarded) -> Admission:
+    """``admit`` on the asyncio client, for async views and the async middleware path."""
+    admitting = _Admitting(_admission(request, guarded))
+    while admitting.step is not None:
         try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            admitted: Admission = done.value
-            return admitted
-        reply, error = None, None
-        try:
-            if isinstance(step, _KeyOf):
-                reply = await akey_for(request, step.spec)
-            elif isinstance(step, _Take):
-                reply = await step.semaphore.aattempt(**step.options)
-            elif isinstance(step, _GiveBack):
-                await agive_back(step.permit)
-            else:
-                await sync_to_async(read_ahead)(request)
-        except BaseException as exc:
-            error = exc
+            admitting.reply(await admitting.step.arun(request))
+        except BaseException as error:
+            admitting.throw(error)
+    return admitting.admitted
 
 
 # -- a request's lease -----------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from django.urls import Resolver404, ResolverMatch, resolve
 from django.utils.module_loading import import_string
 
 from ..core.options import unknown_problems, warn_unknown
-from .admission import ENFORCE, MODES, OFF
+from .admission import ENFORCE, MODES, OFF, Guarded
 from .conf import web_setting
 
 RULE_FIELDS = frozenset({"semaphore", "url_name", "path", "view_attribute", "methods", "key", "wait", "weight", "mode"})
@@ -62,6 +62,11 @@ class Rule:
     wait: float | None = None
     weight: int | None = None
     mode: str = ENFORCE
+
+    @cached_property
+    def guarded(self) -> Guarded:
+        """What this rule asks of a request it matches (web/admission.py)."""
+        return Guarded(self.semaphore, self.key, self.wait, self.weight, self.mode)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> Rule:
