@@ -230,3 +230,32 @@ def test_the_cycle_finder_finds_a_type_only_cycle() -> None:
     tree = ast.parse(source)
     assert any(isinstance(node, ast.ImportFrom) and node.module == "b" for node in ast.walk(tree))
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def drawn_house() -> set[str]:
+    """The modules (and the folders drawn whole) docs/internals.md's "The house" names, as package paths."""
+    page = (PACKAGE.parent / "docs" / "internals.md").read_text()
+    section = page[page.index("## The house") :]
+    drawing = section[section.index("```text\n") + len("```text\n") : section.index("```\n", section.index("```text"))]
+    found: set[str] = set()
+    folders: list[str] = []
+    for line in drawing.splitlines()[1:]:  # below "django_semaphore/"
+        depth = (len(line) - len(line.lstrip())) // 2 - 1
+        name = line.split()[0]
+        folders[depth:] = []
+        path = "/".join([*folders, name])
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+        found.add(path)
+    return found
+
+
+def test_the_docs_draw_the_house_as_the_folders_show_it() -> None:
+    drawn = drawn_house()
+    drawn_whole = {path.rstrip("/") for path in drawn if path.endswith("/")} - set(ROOMS)
+    actual = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] not in drawn_whole and "migrations" not in path.parts
+    }
+    assert {path for path in drawn if path.endswith(".py")} == actual
