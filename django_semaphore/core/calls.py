@@ -253,6 +253,14 @@ def _signature(method: Callable[..., Any], options: Callable[..., Any]) -> inspe
     return own.replace(parameters=[first, *inspect.signature(options).parameters.values()])
 
 
+def _made(options: Callable[Named, Options], method: Any, /, *args: Named.args, **kwargs: Named.kwargs) -> Options:
+    """The options of one call; a wrong argument is the method's ``TypeError``, as for any function."""
+    try:
+        return options(*args, **kwargs)
+    except TypeError as error:
+        raise TypeError(str(error).replace(f"{options.__qualname__}.__init__()", f"{method.__qualname__}()")) from None
+
+
 def keyword_options(
     options: Callable[Named, Options],
 ) -> Callable[[Callable[[Owner, Options], Result]], Callable[Concatenate[Owner, Named], Result]]:
@@ -265,7 +273,7 @@ def keyword_options(
     def named(method: Callable[[Owner, Options], Result]) -> Callable[Concatenate[Owner, Named], Result]:
         @functools.wraps(method)
         def call(owner: Owner, /, *args: Named.args, **kwargs: Named.kwargs) -> Result:
-            return method(owner, options(*args, **kwargs))
+            return method(owner, _made(options, method, *args, **kwargs))
 
         call.__signature__ = _signature(method, options)  # type: ignore[attr-defined]
         return call
@@ -285,7 +293,7 @@ def akeyword_options(
     ) -> Callable[Concatenate[Owner, Named], Coroutine[Any, Any, Result]]:
         @functools.wraps(method)
         async def call(owner: Owner, /, *args: Named.args, **kwargs: Named.kwargs) -> Result:
-            return await method(owner, options(*args, **kwargs))
+            return await method(owner, _made(options, method, *args, **kwargs))
 
         call.__signature__ = _signature(method, options)  # type: ignore[attr-defined]
         return call

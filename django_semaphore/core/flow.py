@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from . import bounded, scripts, waits
 from .bounded import NO_DEADLINE, Deadline
@@ -218,24 +218,43 @@ def _given_up(read_timeout: float | None, deadline: Deadline) -> float | None:
     return None if left == float("inf") else max(left, 0.0)
 
 
-class _Stepping:
-    """A flow being run: the step it asks for now (None once it returned), and what it returned."""
+StepT = TypeVar("StepT")
+ReturnT = TypeVar("ReturnT")
 
-    def __init__(self, flow: Flow) -> None:
-        self._flow = flow
-        self._returned: AcquireReply | None = None
-        self.step: Step | None = next(flow)
 
-    def reply(self, reply: Any) -> None:
+class Stepping(Generic[StepT, ReturnT]):
+    """A generator that yields the I/O it needs, being run by a driver.
+
+    ``step`` is what it asks for now (None once it has returned); the driver
+    sends the reply back (``reply``) or the error doing it raised
+    (``throw``: handled there, or raised on from here). The acquire's
+    ``Driver`` runs ``acquire_flow`` with it, the request path its admission
+    (web/admission.py).
+    """
+
+    def __init__(self, steps: Generator[StepT, Any, ReturnT]) -> None:
+        self._steps = steps
+        self._returned: tuple[ReturnT] | None = None
+        self.step: StepT | None = None
+        self._advance(lambda: next(steps))
+
+    def reply(self, value: Any) -> None:
+        self._advance(lambda: self._steps.send(value))
+
+    def throw(self, error: BaseException) -> None:
+        self._advance(lambda: self._steps.throw(error))
+
+    def _advance(self, move: Callable[[], StepT]) -> None:
         try:
-            self.step = self._flow.send(reply)
+            self.step = move()
         except StopIteration as done:
-            self.step, self._returned = None, done.value
+            self.step, self._returned = None, (done.value,)
 
     @property
-    def returned(self) -> AcquireReply:
-        assert self._returned is not None, "the flow has not returned"
-        return self._returned
+    def returned(self) -> ReturnT:
+        if self._returned is None:
+            raise RuntimeError("The steps have not returned yet.")
+        return self._returned[0]
 
 
 @dataclass
@@ -256,7 +275,7 @@ class Driver:
 
     def drive(self, flow: Flow) -> AcquireReply:
         try:
-            stepping = _Stepping(flow)
+            stepping: Stepping[Step, AcquireReply] = Stepping(flow)
             while stepping.step is not None:
                 stepping.reply(self._perform(stepping.step))
         except BaseException as error:
@@ -266,7 +285,7 @@ class Driver:
 
     async def adrive(self, flow: Flow) -> AcquireReply:
         try:
-            stepping = _Stepping(flow)
+            stepping: Stepping[Step, AcquireReply] = Stepping(flow)
             while stepping.step is not None:
                 stepping.reply(await self._aperform(stepping.step))
         except BaseException as error:

@@ -32,7 +32,7 @@ nothing is done there (docs/security.md, "Slow clients").
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,7 @@ from ..core.ascii_numbers import ascii_int
 from ..core.conf import SemaphoreConfig
 from ..core.errors import BackendUnavailable, SemaphoreFull, WeightAboveLimit
 from ..core.failure_policy import agive_back, give_back
+from ..core.flow import Stepping
 from ..core.permit import Permit
 from ..core.safe_text import for_log
 from ..core.semaphore import Attempt, Semaphore, get_semaphore, refused
@@ -347,54 +348,26 @@ def _admission(request: HttpRequest, guarded: Guarded) -> Generator[_Step, Any, 
         raise
 
 
-class _Admitting:
-    """An admission being run: the step it asks for now (None once it returned), and what it returned."""
-
-    def __init__(self, steps: Generator[_Step, Any, Admission]) -> None:
-        self._steps = steps
-        self._admitted: Admission | None = None
-        self.step: _Step | None = None
-        self._advance(lambda: next(steps))
-
-    def reply(self, value: Any) -> None:
-        self._advance(lambda: self._steps.send(value))
-
-    def throw(self, error: BaseException) -> None:
-        """The step failed: the admission handles it, or it is raised on from here."""
-        self._advance(lambda: self._steps.throw(error))
-
-    def _advance(self, move: Callable[[], _Step]) -> None:
-        try:
-            self.step = move()
-        except StopIteration as done:
-            self.step, self._admitted = None, done.value
-
-    @property
-    def admitted(self) -> Admission:
-        assert self._admitted is not None, "the admission has not returned"
-        return self._admitted
-
-
 def admit(request: HttpRequest, guarded: Guarded) -> Admission:
     """Take a permit of ``guarded.name`` for ``request``."""
-    admitting = _Admitting(_admission(request, guarded))
+    admitting: Stepping[_Step, Admission] = Stepping(_admission(request, guarded))
     while admitting.step is not None:
         try:
             admitting.reply(admitting.step.run(request))
         except BaseException as error:
             admitting.throw(error)
-    return admitting.admitted
+    return admitting.returned
 
 
 async def aadmit(request: HttpRequest, guarded: Guarded) -> Admission:
     """``admit`` on the asyncio client, for async views and the async middleware path."""
-    admitting = _Admitting(_admission(request, guarded))
+    admitting: Stepping[_Step, Admission] = Stepping(_admission(request, guarded))
     while admitting.step is not None:
         try:
             admitting.reply(await admitting.step.arun(request))
         except BaseException as error:
             admitting.throw(error)
-    return admitting.admitted
+    return admitting.returned
 
 
 # -- a request's lease -----------------------------------------------------------------------------
