@@ -115,7 +115,8 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """One line naming each group of skipped tests and why: a skipped browser group is easy to miss in ``-ra``.
 
-    A group is a test directory below tests/ (``browser``) or a module of its own.
+    A group is a folder inside a room (``tests/system/browser``, ``tests/system/cluster``) or a module of its own
+    (``tests/core/test_core.py``).
     """
     groups: dict[tuple[str, str], int] = {}
     for report in terminalreporter.stats.get("skipped", []):
@@ -131,4 +132,4 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def _group(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     parts = path.split("/")
-    return "/".join(parts[:2]) if len(parts) > 2 else path
+    return "/".join(parts[:3]) if len(parts) > 3 else path
