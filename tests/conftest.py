@@ -15,10 +15,12 @@ import pytest
 import redis
 from django.conf import settings
 
+from django_semaphore import signals
 from django_semaphore.core.outages import outage_log
 from django_semaphore.testing import RedisServer, ServerNotFound, find_binary
 
 from .support import modes
+from .support.recorded import recorded
 
 # Short timeouts for servers a test stops or pauses, so outages show quickly.
 OWN_SERVER_SOCKET_TIMEOUT = 0.5
@@ -86,6 +88,13 @@ def own_server_client(own_server: RedisServer) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def keys_lost() -> Iterator[list[dict[str, Any]]]:
+    """Every ``semaphore_keys_lost`` sent during the test (the engine's tests and the shared-cache ones)."""
+    with recorded(signals.semaphore_keys_lost) as seen:
+        yield seen
 
 
 @pytest.fixture(params=modes.WAYS)

@@ -20,13 +20,15 @@ from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
-from django_semaphore import Semaphore, checks, signals
+from django_semaphore import Semaphore, checks
 from django_semaphore.core import scripts
 from django_semaphore.core.calls import Calls
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.overview import summary
 from django_semaphore.core.results import Sample
 from django_semaphore.dashboard.chart import HEIGHT, WIDTH, utilisation_chart
+
+from .conftest import Adapted
 
 WINDOW = 0.1
 
@@ -56,26 +58,6 @@ def start(sem: Semaphore) -> None:
     """The first release starts the rule's first window."""
     cycle(sem)
     window_passes()
-
-
-class Adapted:
-    """Every ``semaphore_limit_adapted`` this process receives."""
-
-    def __init__(self) -> None:
-        self.changes: list[dict[str, Any]] = []
-
-    def __call__(self, sender: str, **kwargs: Any) -> None:
-        self.changes.append({"sender": sender, **kwargs})
-
-
-@pytest.fixture
-def adapted() -> Any:
-    receiver = Adapted()
-    signals.semaphore_limit_adapted.connect(receiver)
-    try:
-        yield receiver
-    finally:
-        signals.semaphore_limit_adapted.disconnect(receiver)
 
 
 def test_starts_at_initial_and_grows_by_one_per_window_while_holds_are_fast(adapted: Adapted) -> None:

@@ -15,24 +15,15 @@ from typing import Any
 import pytest
 import redis
 
-from django_semaphore import Semaphore, signals
+from django_semaphore import Semaphore
 from django_semaphore.core import backend, scripts
 from django_semaphore.core.adaptive import adaptive_problems
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.renewal import renewer
 from django_semaphore.exceptions import BackendUnavailable, WeightAboveLimit
 
-from .test_adaptive import Adapted, adaptive, cycle, make, start, window_passes
-
-
-@pytest.fixture
-def adapted() -> Any:
-    receiver = Adapted()
-    signals.semaphore_limit_adapted.connect(receiver)
-    try:
-        yield receiver
-    finally:
-        signals.semaphore_limit_adapted.disconnect(receiver)
+from .conftest import Adapted
+from .test_adaptive import adaptive, cycle, make, start, window_passes
 
 
 def wait_for_line(sem: Semaphore, waiting: int, timeout: float = 5.0) -> None:

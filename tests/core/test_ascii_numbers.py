@@ -21,7 +21,7 @@ from django.test import Client
 from django_semaphore import get_semaphore
 from django_semaphore.ascii_numbers import ascii_decimal, ascii_int
 
-from ..dashboard.test_admin import staff, url
+from ..support.dashboard import staff, url
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_ASCII = ["\u0663", "\uff13", "\u00b3", "1_0", " 3", "3 ", "+\u0663", "0x3", "", "3.0"]

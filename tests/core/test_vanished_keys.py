@@ -10,22 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from django_semaphore import get_semaphore, signals
+from django_semaphore import get_semaphore
 
 from ..support.polling import wait_until
-from ..support.recorded import recorded
-
-
-@pytest.fixture
-def keys_lost() -> Iterator[list[dict[str, Any]]]:
-    with recorded(signals.semaphore_keys_lost) as seen:
-        yield seen
 
 
 def test_holders_gone_while_the_state_counts_permits_held(

@@ -5,7 +5,6 @@ from __future__ import annotations
 from io import StringIO
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
@@ -14,31 +13,9 @@ from django_semaphore import get_semaphore
 from django_semaphore.core import overview
 from django_semaphore.testing import free_port
 
+from ..support.dashboard import staff, url
+
 pytestmark = pytest.mark.django_db
-
-PREFIX = "admin:django_semaphore_semaphoredashboard_"
-
-
-def url(view: str, *args: str) -> str:
-    return reverse(PREFIX + view, args=args)
-
-
-def staff(username: str, *codenames: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
-    return user
-
-
-@pytest.fixture
-def viewer(client: Client) -> Client:
-    client.force_login(staff("viewer", "view_semaphore_dashboard"))
-    return client
-
-
-@pytest.fixture
-def operator(client: Client) -> Client:
-    client.force_login(staff("operator", "view_semaphore_dashboard", "release_semaphore_permit"))
-    return client
 
 
 @pytest.fixture

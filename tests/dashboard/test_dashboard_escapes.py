@@ -19,8 +19,8 @@ from django.test import Client
 from django_semaphore import get_semaphore
 from django_semaphore.guards import Guard
 
+from ..support.dashboard import url
 from ..support.guards import declare
-from .test_admin import staff, url
 
 pytestmark = pytest.mark.django_db
 
@@ -46,12 +46,6 @@ def task_holder(settings) -> Iterator[None]:
 
 def raw_characters(text: str) -> list[str]:
     return [character for character in RAW if character in text]
-
-
-@pytest.fixture
-def operator(client: Client) -> Client:
-    client.force_login(staff("operator", "view_semaphore_dashboard", "release_semaphore_permit"))
-    return client
 
 
 def test_no_dashboard_answer_shows_a_control_character_raw(operator: Client, task_holder: None) -> None:

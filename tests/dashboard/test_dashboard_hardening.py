@@ -18,7 +18,7 @@ from django_semaphore import get_semaphore
 from django_semaphore.core.permit import Permit
 from django_semaphore.testing import free_port
 
-from .test_admin import staff, url
+from ..support.dashboard import staff, url
 
 pytestmark = pytest.mark.django_db
 

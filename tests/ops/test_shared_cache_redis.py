@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -39,12 +38,6 @@ LRU_CLOCK_RESOLUTION = 1.1
 @pytest.fixture
 def admin(own_server_client: redis.Redis) -> redis.Redis:
     return own_server_client
-
-
-@pytest.fixture
-def keys_lost() -> Iterator[list[dict[str, Any]]]:
-    with recorded(signals.semaphore_keys_lost) as seen:
-        yield seen
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ The app reaches the cluster the documented way: a factory returning a
 ``redis.cluster.RedisCluster`` in ``SEMAPHORE_CONNECTION`` and one returning
 a ``redis.asyncio.cluster.RedisCluster`` in ``SEMAPHORE_ASYNC_CONNECTION``.
 The tests imported below are collected again in this module, so the
-module's autouse fixture points each of them at the cluster.
+folder's autouse fixture (conftest.py) points each of them at the cluster.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -25,27 +24,7 @@ from django_semaphore.core.conf import SemaphoreConfig
 
 from ...core.test_async import *  # noqa: F403 - re-run on the cluster
 from ...core.test_core import *  # noqa: F403 - re-run on the cluster
-from ...support.servers import ServerCluster, pointed_at
-
-# Tests that are about one standalone server, not about the semaphore.
-STANDALONE_ONLY = {"test_scripts_survive_a_flush", "test_scripts_survive_a_server_restart"}
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ServerCluster]:
-    with ServerCluster() as servers:
-        yield servers
-
-
-_clients: dict[str, redis.cluster.RedisCluster] = {}
-
-
-@pytest.fixture(autouse=True)
-def on_the_cluster(request: pytest.FixtureRequest, cluster: ServerCluster, settings) -> Iterator[None]:
-    if request.node.originalname in STANDALONE_ONLY:
-        pytest.skip("about a standalone server")
-    with pointed_at(cluster, settings):
-        yield
+from ...support.servers import ServerCluster
 
 
 def test_semaphores_spread_over_every_master(cluster: ServerCluster, key_prefix: str) -> None:

@@ -1,7 +1,7 @@
 """The Django surface on a 3-master Redis Cluster: decorator, middleware, admin JSON.
 
 A representative subset of those suites, collected again here the way
-tests/system/cluster/test_cluster.py re-runs the core: this module's autouse fixture points
+tests/system/cluster/test_cluster.py re-runs the core: the autouse fixture of conftest.py points
 each test at the cluster through client factories in ``SEMAPHORE_CONNECTION``
 and ``SEMAPHORE_ASYNC_CONNECTION``. Keyed semaphores put each partition in a
 slot of its own, so the key tests and the admin's partition listing cross
@@ -10,19 +10,16 @@ masters.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 import redis.asyncio.cluster
 
+from ...dashboard.conftest import operator, viewer  # noqa: F401 - the fixtures of the admin tests re-run here
 from ...dashboard.test_admin import (  # noqa: F401 - re-run on the cluster, with their fixtures
     held,
-    operator,
     test_json_endpoint_has_the_documented_fields,
     test_keyed_semaphore_shows_busiest_keys_and_partition_pages,
     test_release_over_json_and_release_all,
-    viewer,
 )
 from ...faces.test_decorators import (  # noqa: F401 - re-run on the cluster
     test_async_key_kinds,
@@ -39,21 +36,9 @@ from ...faces.test_middleware import (  # noqa: F401 - re-run on the cluster
     test_url_name_rule_guards_the_view,
 )
 from ...support.guards import with_middleware
-from ...support.servers import ServerCluster, pointed_at
+from ...support.servers import ServerCluster
 
 pytestmark = pytest.mark.django_db  # the admin tests log a user in
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ServerCluster]:
-    with ServerCluster() as servers:
-        yield servers
-
-
-@pytest.fixture(autouse=True)
-def on_the_cluster(cluster: ServerCluster, settings) -> Iterator[None]:
-    with pointed_at(cluster, settings):
-        yield
 
 
 @pytest.fixture(autouse=True)

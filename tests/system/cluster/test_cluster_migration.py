@@ -14,7 +14,7 @@ import multiprocessing
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -22,7 +22,6 @@ from redis.crc import key_slot
 
 from django_semaphore import Semaphore
 from django_semaphore.core.conf import SemaphoreConfig
-from django_semaphore.testing import find_binary
 
 from ...support import modes, workers
 from ...support.polling import eventually
@@ -31,7 +30,6 @@ from ...support.servers import (
     cluster_cli,
     first_slot,
     node_id,
-    pointed_at,
     slot_migrating,
     slot_owner,
 )
@@ -42,22 +40,10 @@ spawn = multiprocessing.get_context("spawn")
 PROCESSES = 6
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ServerCluster]:
-    with ServerCluster(extra_args=modes.server_args(find_binary())) as servers:
-        yield servers
-
-
 @pytest.fixture
 def credentials(way: modes.Way) -> dict[str, str]:
-    """The cluster's user for ``way`` (every node has both)."""
+    """The cluster's user for ``way`` (every node has both): conftest.py's ``on_the_cluster`` connects as it."""
     return {"username": way.user, "password": modes.PASSWORD}
-
-
-@pytest.fixture(autouse=True)
-def on_the_cluster(cluster: ServerCluster, settings, credentials: dict[str, str]) -> Iterator[None]:
-    with pointed_at(cluster, settings, **credentials):
-        yield
 
 
 def _name_in_slot(prefix: str, slot: int) -> str:
