@@ -14,6 +14,7 @@
   management commands accept their arguments.
 - Links between the pages, README's and the changelog's included, reach an
   existing file and heading; README stays short.
+- Every test a page names (``tests/<room>/test_x.py::test_y``) exists there.
 """
 
 from __future__ import annotations
@@ -324,3 +325,33 @@ def test_user_docs_cite_no_internal_documents() -> None:
         text = page.read_text()
         for internal in ("PRODUCT.md", "shared/", "(issue ", "target |", "| missed"):
             assert internal not in text, f"{page.relative_to(ROOT)} mentions {internal!r}"
+
+
+TEST_NAMED = re.compile(r"`(tests/[\w/]+\.py)(?:::(\w+))?(?:\[[^\]`]*\])?`|`::(\w+)(?:\[[^\]`]*\])?`")
+
+
+def _tests_named() -> list[tuple[str, str, str]]:
+    """(page:line, module, test or "") per test a page names; a bare ``::test`` is in the module named before it."""
+    named = []
+    for page in PAGES:
+        if page.name == "CHANGELOG.md":
+            continue  # history: each entry names a test where it was then
+        module = ""
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            for match in TEST_NAMED.finditer(line):
+                path, name, later = match.groups()
+                module = path or module
+                named.append((f"{page.relative_to(ROOT)}:{number}", module, name or later or ""))
+    return named
+
+
+def test_the_tests_the_pages_name_exist() -> None:
+    """The failure-modes table names a test for each row, the guides some more: each is where it says."""
+    named = _tests_named()
+    missing = [
+        f"{where}: {module}::{name}"
+        for where, module, name in named
+        if not (ROOT / module).is_file()
+        or (name and not re.search(rf"^(async )?def {name}\(", (ROOT / module).read_text(), re.M))
+    ]
+    assert named and not missing, missing
