@@ -15,10 +15,12 @@ import pytest
 import redis
 from django.conf import settings
 
+from django_semaphore import signals
 from django_semaphore.core.outages import outage_log
 from django_semaphore.testing import RedisServer, ServerNotFound, find_binary
 
 from .support import modes
+from .support.recorded import recorded
 
 # Short timeouts for servers a test stops or pauses, so outages show quickly.
 OWN_SERVER_SOCKET_TIMEOUT = 0.5
@@ -88,6 +90,13 @@ def own_server_client(own_server: RedisServer) -> Iterator[redis.Redis]:
         client.close()
 
 
+@pytest.fixture
+def keys_lost() -> Iterator[list[dict[str, Any]]]:
+    """Every ``semaphore_keys_lost`` sent during the test (the engine's tests and the shared-cache ones)."""
+    with recorded(signals.semaphore_keys_lost) as seen:
+        yield seen
+
+
 @pytest.fixture(params=modes.WAYS)
 def way(request: pytest.FixtureRequest, redis_client: redis.Redis) -> modes.Way:
     """Each way the engine runs its Lua: a Functions library, or scripts with EVALSHA.
@@ -115,7 +124,8 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """One line naming each group of skipped tests and why: a skipped browser group is easy to miss in ``-ra``.
 
-    A group is a test directory below tests/ (``browser``) or a module of its own.
+    A group is a folder inside a room (``tests/system/browser``, ``tests/system/cluster``) or a module of its own
+    (``tests/core/test_core.py``).
     """
     groups: dict[tuple[str, str], int] = {}
     for report in terminalreporter.stats.get("skipped", []):
@@ -131,4 +141,4 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def _group(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     parts = path.split("/")
-    return "/".join(parts[:2]) if len(parts) > 2 else path
+    return "/".join(parts[:3]) if len(parts) > 3 else path

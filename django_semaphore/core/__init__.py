@@ -3,7 +3,7 @@
 Everything here works outside a web request (a management command, a Celery
 task, a script) and imports nothing of the package outside ``core/``; the
 rooms around it (``web/``, ``ops/``) and the faces (decorators, middleware,
-the dashboard) only call in. tests/test_layers.py keeps it so, and keeps
+the dashboard) only call in. tests/system/test_layers.py keeps it so, and keeps
 ``django.http`` out of this package.
 
 The version lives here because the engine names its Lua library after it

@@ -1,4 +1,4 @@
-"""Settings of the site whose gunicorn worker a test kills (tests/test_killed_workers.py).
+"""Settings of the site whose gunicorn worker a test kills (tests/system/test_killed_workers.py).
 
 The semaphore sets no lease and no max_hold: what is tested are the defaults
 a project gets.

@@ -1,4 +1,4 @@
-"""Settings of the site a real gunicorn serves in tests/test_slow_body.py.
+"""Settings of the site a real gunicorn serves in tests/web/test_slow_body.py.
 
 One semaphore, limit 1, no wait: a request that holds its permit while its
 body trickles in turns every other one away. An API site: no sessions, no

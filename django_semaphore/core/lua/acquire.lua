@@ -54,11 +54,7 @@ local now, now_text = server_now_ms()
 if (not_after > 0 and now > not_after) or (nonce ~= '' and has_note(K.own_wake, 'C|' .. nonce)) then
   return {-2, 0, 0, 0, 0, 0, now, 0, 0, 0}
 end
-local st = read_state()
-local h = read_holders(now)
-local line = read_line(now, cfg, st, token)
-local ctx = context(st, cfg, now, now_text, h, token)
-reclaim(st, h)
+local st, line, ctx = open_semaphore(cfg, now, now_text, token)
 
 local function reply(code, fence, deadline, position)
   settle(ctx)

@@ -19,11 +19,8 @@ local token = token_arg(ARGV[2], 'token')
 local nonce = ARGV[3] or ''
 
 local now, now_text = server_now_ms()
-local st = read_state()
-local h = read_holders(now)
-local line = read_line(now, cfg, st, token)
-local ctx = context(st, cfg, now, now_text, h, nil)
-reclaim(st, h)
+local st, line, ctx = open_semaphore(cfg, now, now_text, token)
+ctx.caller = nil  -- it leaves the line: whoever it held up is served, itself no more
 
 local in_line = 0
 if line.raw > 0 and redis.call('ZSCORE', K.queue, token) then

@@ -821,3 +821,23 @@ local function settle(ctx)
     set_state('wpeak', ctx.used)  -- the window's peak: was its limit exercised (adaptive.lua)?
   end
 end
+
+-- THE OPENING ---------------------------------------------------------------
+
+-- What every operation on a semaphore does first, once it has read the server's clock (`now` and
+-- `now_text`, from server_now_ms: acquire reads it before anything else, to refuse a call that came
+-- too late at the price of one TIME). It reads the state hash (`fields`, the hot ones unless given),
+-- the holders and the waiting line, builds the context the operation decides with, and plans the
+-- reclaim of every lease that ended. `caller` is the token the operation acts for, or nil: its own
+-- late heartbeat does not take it out of the line, and `serve_line` grants it in place (no note).
+-- It only reads and plans: an operation that returns before `commit` writes nothing.
+-- Returns st (read_state), line (read_line) and ctx (context; what read_holders found is in it:
+-- `used` less the weight reclaimed, `earliest`, `holders_empty`).
+local function open_semaphore(cfg, now, now_text, caller, fields)
+  local st = read_state(fields)
+  local h = read_holders(now)
+  local line = read_line(now, cfg, st, caller)
+  local ctx = context(st, cfg, now, now_text, h, caller)
+  reclaim(st, h)
+  return st, line, ctx
+end

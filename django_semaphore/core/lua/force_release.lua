@@ -16,11 +16,7 @@ if not everyone and token == '' then
 end
 
 local now, now_text = server_now_ms()
-local st = read_state()
-local h = read_holders(now)
-local line = read_line(now, cfg, st, nil)
-local ctx = context(st, cfg, now, now_text, h, nil)
-reclaim(st, h)
+local st, line, ctx = open_semaphore(cfg, now, now_text, nil)
 
 local released = {}
 if everyone then

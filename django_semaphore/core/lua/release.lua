@@ -27,14 +27,10 @@ local fence = ARGV[4] or ''
 local unsure = nonce ~= '' or fence ~= ''
 
 local now, now_text = server_now_ms()
-local st = read_state()
+local st, line, ctx = open_semaphore(cfg, now, now_text, nil)
 local score = redis.call('ZSCORE', K.holders, token)
 local info = score and parse_info(redis.call('HGET', K.info, token))
-local h = read_holders(now)
-local line = read_line(now, cfg, st, nil)
-local ctx = context(st, cfg, now, now_text, h, nil)
-local nothing_left = not score and h.empty and st.created
-reclaim(st, h)
+local nothing_left = not score and ctx.holders_empty and st.created
 
 local released = 0
 if not score then

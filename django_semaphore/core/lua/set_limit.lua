@@ -23,11 +23,7 @@ elseif op ~= 'clear' then
 end
 
 local now, now_text = server_now_ms()
-local st = read_state()
-local h = read_holders(now)
-local line = read_line(now, cfg, st, nil)
-local ctx = context(st, cfg, now, now_text, h, nil)
-reclaim(st, h)
+local st, line, ctx = open_semaphore(cfg, now, now_text, nil)
 
 if op == 'clear' then
   ctx.limit = cfg.adaptive and adaptive_limit(st, cfg.adaptive) or cfg.limit

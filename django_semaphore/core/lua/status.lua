@@ -14,11 +14,7 @@ local cfg = read_config(ARGV[1])
 local max_holders = int_arg(ARGV[2], 'holders listed', 0, 10000000)
 
 local now, now_text = server_now_ms()
-local st = read_state(STATE_FIELDS)
-local h = read_holders(now, cfg)
-local line = read_line(now, cfg, st, nil)
-local ctx = context(st, cfg, now, now_text, h, nil)
-reclaim(st, h)
+local st, line, ctx = open_semaphore(cfg, now, now_text, nil, STATE_FIELDS)
 recount(ctx)
 local holder_count = 0
 if ctx.earliest then

@@ -1,0 +1,209 @@
+"""The least-privilege ACL lines of docs/servers.md, each applied to a real server as written.
+
+Under each, the engine (every operation, sync and async, keyed semaphores'
+registry included), the management commands and the deploy check work, in
+the way the line allows. The lines name exactly the commands the engine
+runs (read from the Lua files, plus the ones Python sends), and none newer
+than Redis 6.0, the lowest version supported.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from io import StringIO
+from pathlib import Path
+
+import pytest
+import redis
+from django.core.management import call_command
+
+from django_semaphore import get_semaphore
+from django_semaphore.core import registry, scripts
+from django_semaphore.core.connection import get_client
+from django_semaphore.ops import redis_check
+from django_semaphore.testing import RedisServer, find_binary
+
+from ..conftest import OWN_SERVER_TIMEOUTS
+from ..core.test_script_modes import exercise
+from ..support import modes
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.processes  # starts servers of its own
+
+LUA = ROOT / "django_semaphore" / "core" / "lua"
+PAGE = ROOT / "docs" / "servers.md"
+LINES = [
+    line
+    for block in re.findall(r"^```text\n(.*?)^```", PAGE.read_text(), re.S | re.M)
+    for line in block.splitlines()
+    if line.startswith("ACL SETUSER")
+]
+# What Python sends besides the scripts, and why.
+PYTHON_COMMANDS = {
+    "blpop",  # a waiter waits for its wake-up note
+    "wait",  # semaphores with `replicas`
+    "zrevrange",  # the partitions used most recently (dashboard, semaphore_status)
+    "zscan",  # every partition, by pages
+    "zcard",  # how many partitions
+    "zrem",  # partitions that expired leave the registry
+    "hdel",  # and their labels
+    "hget",  # one partition's label
+    "hmget",  # the labels of a page of partitions
+    "exists",  # whether a listed partition still exists
+    "set",  # the library heartbeat
+    "time",  # semaphore_release --expired
+    "zrangebyscore",  # semaphore_release --expired
+}
+# Each command the engine sends, and the Redis version that introduced it (the lowest supported is 6.0).
+SINCE = {
+    "blpop": (6, 0),  # fractional timeouts (2.0 for whole seconds)
+    "del": (1, 0),
+    "eval": (2, 6),
+    "evalsha": (2, 6),
+    "exists": (1, 0),
+    "hdel": (2, 0),
+    "hexists": (2, 0),
+    "hget": (2, 0),
+    "hmget": (2, 0),
+    "hset": (2, 0),  # several fields at once: 4.0
+    "lrange": (1, 0),
+    "ltrim": (1, 0),
+    "pexpire": (2, 6),
+    "pexpireat": (2, 6),
+    "rpush": (1, 0),
+    "set": (1, 0),  # PX: 2.6.12
+    "time": (2, 6),
+    "wait": (3, 0),
+    "zadd": (1, 2),  # XX: 3.0.2
+    "zcard": (1, 2),
+    "zcount": (2, 0),
+    "zrange": (1, 2),
+    "zrangebyscore": (1, 0),
+    "zrank": (2, 0),
+    "zrem": (1, 2),
+    "zrevrange": (1, 2),
+    "zscan": (2, 8),
+    "zscore": (1, 2),
+}
+LOWEST = (6, 0)
+
+
+def lua_commands() -> set[str]:
+    """Every command the scripts run: redis.call/pcall, and the write plan's add()/drop()."""
+    text = "".join(path.read_text() for path in LUA.glob("*.lua"))
+    return {name.lower() for name in re.findall(r"(?:redis\.p?call|add|drop)\('([A-Z]+)'", text)}
+
+
+def line(*wanted: str, unwanted: str | None = None) -> str:
+    """The one line with every word ``wanted`` (and not ``unwanted``)."""
+    (found,) = [
+        entry
+        for entry in LINES
+        if all(word in entry.split() for word in wanted) and (unwanted is None or unwanted not in entry.split())
+    ]
+    return found
+
+
+APP_LOADS = line("+fcall", "+function|load")
+APP_CALLS = line("+fcall", unwanted="+function|load")
+APP_EVALSHA = line("+evalsha")
+DEPLOYER = line("semaphore-deployer")
+
+
+def data_commands(entry: str) -> set[str]:
+    scripting = {"fcall", "eval", "evalsha"}
+    return {word[1:] for word in entry.split() if word.startswith("+") and "|" not in word} - scripting
+
+
+def test_the_lines_name_exactly_what_the_engine_runs_and_nothing_newer_than_redis_6_0() -> None:
+    engine = lua_commands() | PYTHON_COMMANDS
+    for entry in (APP_LOADS, APP_CALLS, APP_EVALSHA):
+        assert data_commands(entry) == engine, entry
+    assert {name: SINCE.get(name) for name in engine | {"eval", "evalsha"}} == {
+        name: version for name, version in SINCE.items() if version <= LOWEST
+    }
+
+
+def apply(admin: redis.Redis, entry: str) -> str:
+    """Run the docs' line (its password replaced) and return the user's name."""
+    words = shlex.split(entry.replace(">CHANGE-ME", f">{modes.PASSWORD}"))
+    admin.execute_command(*words)
+    return words[2]
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def everything_works(settings, url: str) -> None:
+    """The engine, the commands and the deploy check, as the app's user."""
+    settings.SEMAPHORE_CONNECTION = f"{url}?{OWN_SERVER_TIMEOUTS}"
+    exercise()
+    search = get_semaphore("search")
+    bob = get_semaphore("search", key="bob").acquire(auto_renew=False)
+    assert bob is not None
+    assert sorted(search.partitions().values()) == ["alice", "bob"] and search.partition_count() == 2
+    assert sorted(label for _hash, label in search.iter_partitions()) == ["alice", "bob"]
+    bob.release()
+    # Past its cap, a semaphore evicts its idle partitions, keys and all (admit, evict and settle scripts).
+    capped = {**settings.SEMAPHORES["search"], "max_partitions": 1}
+    settings.SEMAPHORES = {**settings.SEMAPHORES, "search": capped}
+    assert get_semaphore("search", key="carol").acquire(auto_renew=False) is not None
+    assert "bob" not in search.partitions().values()
+    assert get_client().wait(0, 10) == 0  # what `replicas` semaphores send
+    assert '"schema": 1' in run("semaphore_status", "--json", "--holders")
+    run("semaphore_release", "reports", "--expired")
+    run("semaphore_limit", "reports", "7")
+    run("semaphore_limit", "reports", "--clear")
+    assert redis_check.check_redis_reachable() == []
+
+
+@pytest.fixture
+def admin(own_server: RedisServer, settings) -> redis.Redis:
+    settings.SEMAPHORE_KEY_PREFIX = "semaphore:"  # what the lines' key patterns name
+    registry._recorded.clear()  # partitions this process recorded with that prefix were on another server
+    with redis.Redis.from_url(own_server.url) as client:
+        yield client
+
+
+@pytest.fixture
+def functions(admin: redis.Redis) -> None:
+    if not modes.has_functions(admin):
+        pytest.skip("this server has no Redis Functions")
+
+
+@pytest.mark.usefixtures("functions")
+def test_the_functions_line_of_an_app_that_loads_its_library(
+    own_server: RedisServer, admin: redis.Redis, settings
+) -> None:
+    everything_works(settings, modes.user_url(own_server, apply(admin, APP_LOADS)))
+    assert modes.Way("functions").ran_only_this_way(admin)
+
+
+@pytest.mark.usefixtures("functions")
+def test_the_functions_lines_of_an_app_whose_library_an_operator_loads(
+    own_server: RedisServer, admin: redis.Redis, settings
+) -> None:
+    deployer = modes.user_url(own_server, apply(admin, DEPLOYER))
+    app = modes.user_url(own_server, apply(admin, APP_CALLS))
+    admin.function_flush()
+    assert "Loaded" in run("semaphore_scripts", "--load", "--connection", deployer)
+    everything_works(settings, app)
+    assert "this version" in run("semaphore_scripts", "--clean", "--noinput", "--list", "--connection", deployer)
+    assert modes.Way("functions").ran_only_this_way(admin)
+
+
+def test_the_evalsha_line(own_server: RedisServer, admin: redis.Redis, settings) -> None:
+    everything_works(settings, modes.user_url(own_server, apply(admin, APP_EVALSHA)))
+    assert modes.Way("evalsha").ran_only_this_way(admin)
+
+
+def test_the_evalsha_line_on_a_server_without_functions(settings) -> None:
+    settings.SEMAPHORE_KEY_PREFIX = "semaphore:"
+    registry._recorded.clear()
+    with modes.start_without(find_binary(), "fcall", "function") as server, redis.Redis.from_url(server.url) as admin:
+        everything_works(settings, modes.user_url(server, apply(admin, APP_EVALSHA)))
+        assert scripts.mode_of(get_client()) == "evalsha"

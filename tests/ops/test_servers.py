@@ -1,0 +1,157 @@
+"""Where the app meets a production server: TLS with a private CA, and the deploy check (E015).
+
+E015 runs what a guarded request runs (the engine's own operations, in
+whichever way the server takes them, TIME and BLPOP included), so an ACL
+that denies any of it fails ``check --deploy`` by name instead of every
+request afterwards. Async views reach a ``rediss://`` server with the very
+TLS options the sync client was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import AsyncClient
+
+from django_semaphore import get_semaphore
+from django_semaphore.core.connection import get_async_client
+from django_semaphore.ops import redis_check
+from django_semaphore.testing import RedisServer, find_binary
+
+from ..conftest import OWN_SERVER_TIMEOUTS
+from ..support import modes, tls
+from ..support.guards import declare
+
+pytestmark = pytest.mark.processes  # every test starts servers of its own
+
+
+# -- TLS with a private CA -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> tls.Certificates:
+    return tls.make_certificates(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def tls_port(certificates: tls.Certificates) -> Iterator[int]:
+    binary = tls.tls_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("Debian's redis-server (built with TLS) is missing")
+        pytest.skip("no redis-server built with TLS")
+    server, port = tls.tls_server(binary, certificates)
+    try:
+        yield port
+    finally:
+        server.close()
+
+
+def tls_options(certificates: tls.Certificates) -> dict[str, object]:
+    return {
+        "ssl_ca_certs": str(certificates.ca),
+        "ssl_certfile": str(certificates.client_cert),
+        "ssl_keyfile": str(certificates.client_key),
+        "ssl_cert_reqs": "required",
+        "ssl_check_hostname": True,
+    }
+
+
+@pytest.fixture
+def tls_cache(settings, tls_port: int, certificates: tls.Certificates) -> None:
+    """The semaphores' own cache alias: a django-redis cache on rediss:// with a private CA and a client cert."""
+    settings.CACHES = {
+        **settings.CACHES,
+        "semaphores": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"rediss://127.0.0.1:{tls_port}/0",
+            "OPTIONS": {
+                "SOCKET_CONNECT_TIMEOUT": 2,
+                "SOCKET_TIMEOUT": 2,
+                "CONNECTION_POOL_KWARGS": tls_options(certificates),
+            },
+        },
+    }
+    settings.SEMAPHORE_CONNECTION = "semaphores"
+
+
+@pytest.mark.usefixtures("tls_cache")
+def test_async_views_reach_a_tls_server_with_a_private_ca_as_the_sync_client_does(
+    settings, certificates: tls.Certificates
+) -> None:
+    declare(settings, guarded={"on_error": "deny"})  # a TLS failure would answer 503
+    sem = get_semaphore("single")
+    assert sem.status().used == 0  # the sync client verifies the server with the private CA
+
+    async def through_asyncio() -> None:
+        kwargs = get_async_client().connection_pool.connection_kwargs
+        expected = tls_options(certificates)
+        assert {name: kwargs.get(name) for name in expected} == expected
+        permit = await sem.aacquire(auto_renew=False)
+        assert permit is not None and await permit.arelease() is True
+        response = await AsyncClient().get("/surface/reported-async/")
+        assert response.status_code == 200 and response.json() == {"outcome": "acquired"}
+
+    asyncio.run(through_asyncio())
+
+
+@pytest.mark.usefixtures("tls_cache")
+def test_the_deploy_check_passes_over_tls() -> None:
+    assert redis_check.check_redis_reachable() == []
+
+
+def test_a_redis_url_with_tls_options_is_e015_not_a_type_error(settings, certificates: tls.Certificates) -> None:
+    settings.SEMAPHORE_CONNECTION = f"redis://127.0.0.1:6379/0?ssl_cert_reqs=required&ssl_ca_certs={certificates.ca}"
+    [message] = redis_check.check_redis_reachable()
+    assert message.id == "django_semaphore.E015"
+    assert "ssl_cert_reqs" in message.msg and "rediss://" in message.hint
+
+
+# -- the deploy check runs what the engine runs ---------------------------------
+
+
+def deploy_check() -> None:
+    call_command("check", deploy=True, tags=[redis_check.REDIS_TAG])
+
+
+@pytest.mark.parametrize("way", ["functions", "evalsha"])
+def test_e015_names_a_command_the_acl_denies_inside_the_scripts(own_server: RedisServer, settings, way: str) -> None:
+    """TIME, called by every script: denied, every request would fail; E015 fails first and says so."""
+    with redis.Redis.from_url(own_server.url) as admin:
+        if way == "functions" and not modes.has_functions(admin):
+            pytest.skip("this server has no Redis Functions")
+        modes.add_user(admin, "no-time", "time", *(modes.FUNCTION_COMMANDS if way == "evalsha" else ()))
+    settings.SEMAPHORE_CONNECTION = f"{modes.user_url(own_server, 'no-time')}?{OWN_SERVER_TIMEOUTS}"
+    [message] = redis_check.check_redis_reachable()
+    assert message.id == "django_semaphore.E015"
+    assert "refused" in message.msg and "acquire" in message.msg
+    assert "can't run" in message.msg or "time" in message.msg.lower()
+    assert "ACL" in message.hint
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E015"):
+        deploy_check()
+
+
+def test_e015_names_a_wait_the_acl_denies(own_server: RedisServer, settings) -> None:
+    """BLPOP (how a waiter waits) denied: only requests that wait would fail, so E015 waits too."""
+    with redis.Redis.from_url(own_server.url) as admin:
+        modes.add_user(admin, "no-wait", "blpop")
+    settings.SEMAPHORE_CONNECTION = f"{modes.user_url(own_server, 'no-wait')}?{OWN_SERVER_TIMEOUTS}"
+    [message] = redis_check.check_redis_reachable()
+    assert "wait" in message.msg and "NOPERM" in message.msg
+
+
+def test_e015_passes_on_a_server_without_functions_and_leaves_nothing_for_long(settings, key_prefix: str) -> None:
+    with modes.start_without(find_binary(), "fcall", "function") as server:
+        settings.SEMAPHORE_CONNECTION = f"{server.url}?{OWN_SERVER_TIMEOUTS}"
+        assert redis_check.check_redis_reachable() == []
+        with redis.Redis.from_url(server.url) as client:
+            assert modes.calls(client, "evalsha") + modes.calls(client, "eval") > 0
+            # This test's own keys: an earlier test's clean-up, retried from the background, may land here.
+            probe_keys = [key for key in client.scan_iter(f"{key_prefix}*deploy-check*")]
+            assert probe_keys and all(0 < client.pttl(key) <= 10_000 for key in probe_keys)

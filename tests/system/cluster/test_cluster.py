@@ -1,0 +1,103 @@
+"""The core and asyncio behaviour tests again, on a 3-master Redis Cluster.
+
+The app reaches the cluster the documented way: a factory returning a
+``redis.cluster.RedisCluster`` in ``SEMAPHORE_CONNECTION`` and one returning
+a ``redis.asyncio.cluster.RedisCluster`` in ``SEMAPHORE_ASYNC_CONNECTION``.
+The tests imported below are collected again in this module, so the
+folder's autouse fixture (conftest.py) points each of them at the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+import redis
+import redis.asyncio.cluster
+from redis.crc import key_slot
+
+from django_semaphore import Semaphore, get_semaphore
+from django_semaphore.core import errors
+from django_semaphore.core.conf import SemaphoreConfig
+
+from ...core.test_async import *  # noqa: F403 - re-run on the cluster
+from ...core.test_core import *  # noqa: F403 - re-run on the cluster
+from ...support.servers import ServerCluster
+
+
+def test_semaphores_spread_over_every_master(cluster: ServerCluster, key_prefix: str) -> None:
+    sems = [Semaphore(SemaphoreConfig.from_options(f"spread-{i}", {"limit": 1})) for i in range(30)]
+    for sem in sems:
+        assert sem.acquire(wait=0) is not None
+    holders_per_node = []
+    for host, port in cluster.startup_nodes:
+        with redis.Redis(host=host, port=port) as node:
+            holders_per_node.append(sum(1 for _ in node.scan_iter(f"{key_prefix}*:holders")))
+    assert sum(holders_per_node) == 30
+    assert all(count > 0 for count in holders_per_node), holders_per_node
+
+
+def test_every_key_of_a_semaphore_is_in_its_slot(cluster: ServerCluster, key_prefix: str) -> None:
+    sem = get_semaphore("search", key="someone")
+    holder, second = sem.acquire(wait=0), sem.acquire(wait=0)
+    assert holder and second
+    # A waiter's wake list is named inside Lua from ARGV, not passed in KEYS:
+    # the cluster accepts it because it shares the semaphore's hash tag.
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(asyncio.run(sem.aacquire(wait=5))))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while sem.status().waiting < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    holder.release()
+    waiter.join(10)
+    assert got and got[0] is not None
+    slots = set()
+    for host, port in cluster.startup_nodes:
+        with redis.Redis(host=host, port=port) as node:
+            slots.update(key_slot(key) for key in node.scan_iter(f"{key_prefix}*"))
+    registry = sem.keys.partitions_of(key_prefix, "search")
+    assert slots == {key_slot(sem.keys.base.encode()), key_slot(registry.encode())}
+    assert get_semaphore("search").partitions() == {sem.partition: "someone"}
+
+
+def test_a_script_reaching_a_key_of_another_node_is_an_outage(cluster: ServerCluster) -> None:
+    """The reply a script gets when a key it reaches is served elsewhere (a slot mid-migration) is a refusal."""
+    client = cluster.client()
+    try:
+        with pytest.raises(redis.exceptions.ResponseError) as caught:
+            client.eval("return redis.call('GET', 'b' .. KEYS[1])", 1, "a")  # 'a' and 'ba': other nodes
+    finally:
+        client.close()
+    assert "non local key" in str(caught.value) and errors.is_outage(caught.value)
+
+
+@pytest.mark.processes
+def test_semaphore_scripts_loads_lists_and_cleans_on_every_master(cluster: ServerCluster) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from django_semaphore.core import scripts
+
+    from ...ops.test_semaphore_scripts import old_library
+
+    def run(*args: str) -> str:
+        out = StringIO()
+        call_command("semaphore_scripts", *args, stdout=out)
+        return out.getvalue()
+
+    client = cluster.client()
+    try:
+        unused = old_library(client, "ba9876543210", "0.1.3", in_use=False)
+        run("--load")
+        listed = {line.split()[0]: line.split() for line in run().splitlines() if line.startswith("django_semaphore_")}
+        assert listed[scripts.library()[0]][2] == "3" and listed[unused][2] == "3"  # MASTERS
+        assert f"Deleted {unused}" in run("--clean", "--noinput")
+        for node in cluster.nodes:
+            with redis.Redis(host="127.0.0.1", port=node.port) as master:
+                assert scripts.library_names(master.function_list()) == {scripts.library()[0]}
+    finally:
+        client.close()

@@ -1,0 +1,234 @@
+"""A hung Redis costs a request at most one socket timeout, and ``wait`` bounds the whole call.
+
+Redis stalled (SIGSTOP: it accepts connections and answers nothing, as in a
+long fork or a network path that drops packets): every guarded path answers
+with its failure policy after at most one socket timeout, a new partition key
+included (which records the partition first); ``acquire(wait=w)`` answers
+within its wait whatever the socket timeout; and a call abandoned at its
+deadline leaves no permit behind when the server, resuming, runs it after all.
+
+The bounds asserted are the ones the library promises (w + 0.25 s, one socket
+timeout + 0.25 s); the socket timeouts are chosen far apart from them, so
+missing a bound is a matter of seconds, not of scheduling noise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from django_semaphore import BackendUnavailable, get_semaphore
+from django_semaphore.core.flow import server_clock
+from django_semaphore.core.renewal import renewer
+from django_semaphore.testing import RedisServer
+
+from ..support.guards import MIDDLEWARE, declare
+from ..support.polling import wait_until
+
+pytestmark = pytest.mark.processes  # every test here stalls a server of its own
+SLACK = 0.25
+
+
+def use_socket_timeout(settings: Any, server: RedisServer, seconds: float) -> None:
+    settings.SEMAPHORE_CONNECTION = f"{server.url}?socket_timeout={seconds}&socket_connect_timeout={seconds}"
+
+
+@contextmanager
+def stalled(server: RedisServer) -> Iterator[None]:
+    """The server stopped (SIGSTOP) for the block, resumed by its pid however the block ends."""
+    server.freeze()
+    try:
+        yield
+    finally:
+        server.thaw()
+
+
+def timed(call: Callable[[], Any]) -> tuple[float, Any]:
+    """Seconds ``call`` took, and what it returned or raised."""
+    started = time.monotonic()
+    try:
+        outcome = call()
+    except BackendUnavailable as error:
+        outcome = error
+    return time.monotonic() - started, outcome
+
+
+def warm(name: str, key: str | None = None) -> None:
+    """One call while the server answers: scripts loaded, a connection open, the server's clock known."""
+    permit = get_semaphore(name, key).acquire(wait=0, auto_renew=False)
+    assert permit is not None
+    permit.release()
+
+
+# -- 1. every guarded path: one socket timeout, then the policy ---------------------------------------
+
+
+@pytest.mark.parametrize(("policy", "status"), [("allow", 200), ("deny", 503)])
+@pytest.mark.parametrize("path", ["/surface/header-keyed-quiet/", "/surface/keyed-async/header/"])
+def test_a_new_key_on_a_hung_redis_costs_one_socket_timeout(
+    own_server: RedisServer, settings, policy: str, status: int, path: str
+) -> None:
+    timeout = 1.5
+    use_socket_timeout(settings, own_server, timeout)
+    declare(settings, guarded={"max_partitions": 10, "on_error": policy})
+    client = Client()
+    assert client.get(path, HTTP_X_API_KEY="known").status_code == 200  # warm: a key seen before
+    with stalled(own_server):
+        for key in ("known", "never-seen"):
+            took, response = timed(lambda key=key: client.get(path, HTTP_X_API_KEY=key))
+            assert response.status_code == status
+            assert took <= timeout + SLACK, f"{key}: {took:.2f} s for one socket timeout of {timeout} s"
+
+
+# -- 2. acquire(wait=w): the wait is a deadline for the whole call --------------------------------------
+
+
+@pytest.mark.parametrize("key", [None, "a-new-key"], ids=["whole", "new-partition"])
+def test_a_wait_ends_the_call_on_a_hung_redis_whatever_the_socket_timeout(
+    own_server: RedisServer, settings, key: str | None
+) -> None:
+    use_socket_timeout(settings, own_server, 4.0)
+    declare(settings, guarded={"key": "header:X-Api-Key"} if key else {})
+    warm("guarded", "warming" if key else None)
+    wait = 0.5
+    with stalled(own_server):
+        # The first call finds a connection open; the next must make one, on a server that
+        # accepts it and answers nothing (its handshake is bounded by the wait too).
+        for _ in range(2):
+            took, outcome = timed(lambda: get_semaphore("guarded", key).acquire(wait=wait, auto_renew=False))
+            assert isinstance(outcome, BackendUnavailable), outcome
+            assert took <= wait + SLACK, f"{took:.2f} s for wait={wait}"
+
+
+@pytest.mark.parametrize("key", [None, "a-new-key"], ids=["whole", "new-partition"])
+def test_an_async_wait_ends_the_call_on_a_hung_redis_whatever_the_socket_timeout(
+    own_server: RedisServer, settings, key: str | None
+) -> None:
+    use_socket_timeout(settings, own_server, 4.0)
+    declare(settings, guarded={"key": "header:X-Api-Key"} if key else {})
+    wait = 0.5
+
+    async def scenario() -> list[tuple[float, Any]]:
+        permit = await get_semaphore("guarded", "warming" if key else None).aacquire(wait=0, auto_renew=False)
+        assert permit is not None
+        await permit.arelease()
+        results = []
+        with stalled(own_server):
+            for _ in range(2):
+                started = time.monotonic()
+                try:
+                    outcome: Any = await get_semaphore("guarded", key).aacquire(wait=wait, auto_renew=False)
+                except BackendUnavailable as error:
+                    outcome = error
+                results.append((time.monotonic() - started, outcome))
+        return results
+
+    for took, outcome in asyncio.run(scenario()):
+        assert isinstance(outcome, BackendUnavailable), outcome
+        assert took <= wait + SLACK, f"{took:.2f} s for wait={wait}"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_no_wait_costs_one_socket_timeout_on_a_hung_redis(
+    own_server: RedisServer, settings, asynchronous: bool
+) -> None:
+    timeout = 1.0
+    use_socket_timeout(settings, own_server, timeout)
+    declare(settings, guarded={"key": "header:X-Api-Key", "max_partitions": 10})
+    warm("guarded", "warming")
+
+    def call() -> Any:
+        sem = get_semaphore("guarded", "a-new-key")
+        if asynchronous:
+            return asyncio.run(sem.aacquire(wait=0, auto_renew=False))
+        return sem.acquire(wait=0, auto_renew=False)
+
+    with stalled(own_server):
+        for _ in range(2):
+            took, outcome = timed(call)
+            assert isinstance(outcome, BackendUnavailable), outcome
+            assert took <= timeout + SLACK, f"{took:.2f} s for one socket timeout of {timeout} s"
+
+
+# -- 3. a call abandoned at its deadline leaves no permit behind ----------------------------------------
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("clock_known", [True, False], ids=["server-clock-known", "first-call-of-the-process"])
+def test_an_abandoned_acquire_run_later_by_the_server_leaves_no_permit(
+    own_server: RedisServer, settings, monkeypatch: pytest.MonkeyPatch, asynchronous: bool, clock_known: bool
+) -> None:
+    monkeypatch.setattr("django_semaphore.core.renewal.RETRY_AFTER_ERROR", 0.05)
+    use_socket_timeout(settings, own_server, 4.0)
+    declare(settings, guarded={"lease": 60})
+    sem = get_semaphore("guarded")
+    warm("guarded")
+    if not clock_known:
+        # As in a process's first call: no "not after" bound on the server's clock can go with it.
+        monkeypatch.setattr(server_clock, "_offsets", type(server_clock._offsets)())
+
+    def call() -> Any:
+        if asynchronous:
+            return asyncio.run(sem.aacquire(wait=0.3, auto_renew=False))
+        return sem.acquire(wait=0.3, auto_renew=False)
+
+    with stalled(own_server):
+        _, outcome = timed(call)
+    assert isinstance(outcome, BackendUnavailable), outcome
+    # Resumed, the server runs the acquire it buffered (the semaphore is free: it would grant), and the
+    # call's clean-up, retried in the background until Redis answers, in whichever order.
+    wait_until(lambda: renewer.pending() == 0)
+    status = sem.status()
+    assert (status.used, status.holder_count) == (0, 0), status
+    assert sem.acquire(wait=0, auto_renew=False) is not None
+
+
+# -- 4. one request, several semaphores: still one socket timeout ---------------------------------------
+
+
+def stack_rules(settings: Any, path: str, policy: str) -> None:
+    """The middleware guarding ``path`` twice: per client (a header) and, behind it, site-wide."""
+    declare(settings, gated={"key": "header:X-Api-Key", "on_error": policy}, sitewide={"on_error": policy})
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [
+        {"semaphore": "gated", "path": path, "key": "header:X-Api-Key"},
+        {"semaphore": "sitewide", "path": path},
+    ]
+
+
+@pytest.mark.parametrize(("policy", "status"), [("allow", 200), ("deny", 503)])
+@pytest.mark.parametrize("path", ["/surface/unguarded/", "/surface/unguarded-async/"])
+def test_stacked_semaphores_on_a_hung_redis_cost_one_socket_timeout(
+    own_server: RedisServer, settings, policy: str, status: int, path: str
+) -> None:
+    timeout = 1.5
+    use_socket_timeout(settings, own_server, timeout)
+    stack_rules(settings, path, policy)
+    client = Client()
+    assert client.get(path, HTTP_X_API_KEY="known").status_code == 200
+    with stalled(own_server):
+        took, response = timed(lambda: client.get(path, HTTP_X_API_KEY="known"))
+    assert response.status_code == status
+    assert took <= timeout + SLACK, f"{took:.2f} s for one socket timeout of {timeout} s"
+
+
+@pytest.mark.django_db  # closing a streamed response closes old database connections
+def test_permits_given_back_on_a_hung_redis_cost_one_socket_timeout(own_server: RedisServer, settings) -> None:
+    """Three permits (two rules and the view's decorator) held by a stream; Redis hangs before it is closed."""
+    timeout = 1.5
+    use_socket_timeout(settings, own_server, timeout)
+    stack_rules(settings, "/surface/reported-stream/", "allow")
+    response = Client().get("/surface/reported-stream/", HTTP_X_API_KEY="streamer")
+    assert response.status_code == 200 and get_semaphore("sitewide").status().used == 1
+    with stalled(own_server):
+        took, _ = timed(response.close)
+    assert took <= timeout + SLACK, f"{took:.2f} s for one socket timeout of {timeout} s"
+    # Given back once Redis answers again (the releases are retried in the background).
+    wait_until(lambda: renewer.pending() == 0 and get_semaphore("sitewide").status().used == 0)
+    assert get_semaphore("guarded").status().used == 0
