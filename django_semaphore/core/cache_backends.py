@@ -67,7 +67,8 @@ def cache_client(alias: str) -> redis.Redis:
     from django_redis import get_redis_connection
 
     try:
-        return get_redis_connection(alias, write=True)
+        connection: redis.Redis = get_redis_connection(alias, write=True)  # django-redis hands out redis.Redis
+        return connection
     except NotImplementedError as exc:
         raise ImproperlyConfigured(
             f"Cache {alias!r} cannot hand out a single Redis client (a sharded django-redis client?)."

@@ -90,7 +90,7 @@ class Calls:
         return ScriptCall(
             "force_release",
             self.keys.common,
-            [self.config, b"" if everyone else wire(token), b"1" if everyone else b"0"],
+            [self.config, b"" if token is None else wire(token), b"1" if everyone else b"0"],
         )
 
     def set_limit(self, operation: str, value: int = 0) -> ScriptCall:

@@ -34,6 +34,7 @@ from django.utils.module_loading import import_string
 from redis.backoff import NoBackoff
 
 from .cache_backends import cache_client
+from .clients import AsyncClient, SyncClient
 from .conf import app_setting
 
 # Connection options that mean the same to redis-py's sync and asyncio pools.
@@ -66,31 +67,33 @@ _url_lock = threading.Lock()
 class _LoopClients:
     """The asyncio clients of one event loop, and what closes them when the loop shuts down."""
 
-    clients: dict[Any, Any] = field(default_factory=dict)
+    clients: dict[str | int, AsyncClient] = field(default_factory=dict)
     closer: AsyncIterator[None] | None = None
 
 
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClients] = weakref.WeakKeyDictionary()
-_ready_clusters: weakref.WeakSet[Any] = weakref.WeakSet()
+_ready_clusters: weakref.WeakSet[redis.asyncio.cluster.RedisCluster] = weakref.WeakSet()
 
 
-def _factory(setting: Any) -> Callable[[], Any] | None:
+def _factory(setting: object) -> Callable[[], Any] | None:
     if callable(setting):
         return setting
     if isinstance(setting, str) and "://" not in setting and "." in setting:
         try:
-            return import_string(setting)
+            factory: Callable[[], Any] = import_string(setting)
+            return factory
         except ImportError:
             return None
     return None
 
 
-def get_client() -> Any:
+def get_client() -> SyncClient:
     """The sync client (``redis.Redis`` or ``redis.RedisCluster``)."""
     setting = app_setting("SEMAPHORE_CONNECTION")
     factory = _factory(setting)
     if factory is not None:
-        return factory()
+        client: SyncClient = factory()  # a redis-py client, as the setting promises
+        return client
     if not isinstance(setting, str):
         raise ImproperlyConfigured("SEMAPHORE_CONNECTION must be a cache alias, a redis URL or a client factory.")
     if "://" in setting:
@@ -101,7 +104,7 @@ def get_client() -> Any:
     return cache_client(setting)
 
 
-def _async_from_sync(client: Any) -> Any:
+def _async_from_sync(client: SyncClient) -> AsyncClient:
     """An asyncio client reaching the same server as a sync ``redis.Redis``."""
     pool = getattr(client, "connection_pool", None)
     if pool is None:
@@ -131,7 +134,7 @@ def _async_retry(sync_retry: Any) -> redis.asyncio.retry.Retry:
     return redis.asyncio.retry.Retry(NoBackoff(), retries)
 
 
-def _async_sentinel_master(pool: redis.sentinel.SentinelConnectionPool, kwargs: dict[str, Any]) -> Any:
+def _async_sentinel_master(pool: redis.sentinel.SentinelConnectionPool, kwargs: dict[str, Any]) -> redis.asyncio.Redis:
     """The asyncio twin of a Sentinel-managed pool: it asks the same sentinels for the master.
 
     Copying host and port would pin the asyncio client to whichever server
@@ -147,12 +150,14 @@ def _async_sentinel_master(pool: redis.sentinel.SentinelConnectionPool, kwargs: 
     }
     kwargs.pop("host", None)
     kwargs.pop("port", None)
-    return redis.asyncio.sentinel.Sentinel(addresses, sentinel_kwargs=sentinel_kwargs, **kwargs).master_for(
-        pool.service_name
-    )
+    # redis-py leaves master_for unannotated; it returns its redis_class, redis.asyncio.Redis by default.
+    master: redis.asyncio.Redis = redis.asyncio.sentinel.Sentinel(
+        addresses, sentinel_kwargs=sentinel_kwargs, **kwargs
+    ).master_for(pool.service_name)
+    return master
 
 
-def get_async_client() -> Any:
+def get_async_client() -> AsyncClient:
     """The asyncio client for the running event loop."""
     loop = asyncio.get_running_loop()
     setting = app_setting("SEMAPHORE_ASYNC_CONNECTION") or app_setting("SEMAPHORE_CONNECTION")
@@ -172,7 +177,7 @@ def get_async_client() -> Any:
     return client
 
 
-async def aclient() -> Any:
+async def aclient() -> AsyncClient:
     """``get_async_client()``, made ready for concurrent use.
 
     An asyncio ``RedisCluster`` that many tasks use before its first command
@@ -190,7 +195,7 @@ async def aclient() -> Any:
     return client
 
 
-async def _closed_at_shutdown(clients: dict[Any, Any]) -> AsyncIterator[None]:
+async def _closed_at_shutdown(clients: dict[str | int, AsyncClient]) -> AsyncIterator[None]:
     """Close ``clients`` when their event loop shuts down.
 
     asyncio has no "loop closing" callback, but ``asyncio.run`` (which asgiref
@@ -209,7 +214,7 @@ async def _closed_at_shutdown(clients: dict[Any, Any]) -> AsyncIterator[None]:
         clients.clear()
 
 
-def socket_timeout(client: Any) -> float | None:
+def socket_timeout(client: SyncClient | AsyncClient) -> float | None:
     """The client's read timeout, so a blocking wait never outlasts it."""
     if hasattr(client, "get_connection_kwargs"):  # RedisCluster, sync and asyncio
         kwargs = client.get_connection_kwargs()

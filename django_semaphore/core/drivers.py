@@ -39,6 +39,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from . import bounded, scripts
 from .bounded import NO_DEADLINE, Deadline
+from .calls import ScriptCall
+from .clients import AsyncClient, SyncClient
 from .errors import OUTAGE_ERRORS as OUTAGE_ERRORS  # re-exported: classify with errors.is_outage
 from .errors import is_outage
 from .flow import Acquire, AcquireRequest, Block, Confirm, Flow, Woken
@@ -121,7 +123,7 @@ def _given_up(read_timeout: float | None, deadline: Deadline) -> float | None:
 
 
 def drive(
-    client: Any,
+    client: SyncClient,
     request: AcquireRequest,
     flow: Flow,
     read_timeout: float | None,
@@ -157,7 +159,7 @@ def drive(
         raise
 
 
-def _run(client: Any, call: Any, confirm: ReplicaConfirmation | None, deadline: Deadline) -> Any:
+def _run(client: SyncClient, call: ScriptCall, confirm: ReplicaConfirmation | None, deadline: Deadline) -> Any:
     """One script call by ``deadline``; in the stricter mode, confirmed by replicas (``WAIT``) too."""
     if confirm is None:
         return bounded.run(client, call, deadline)
@@ -174,7 +176,7 @@ def _worth_trying_now(error: BaseException) -> bool:
     return isinstance(error, redis.exceptions.ConnectionError) or not is_outage(error)
 
 
-def _clean_up(client: Any, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
+def _clean_up(client: SyncClient, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
     """Give back whatever an interrupted call may hold: now if Redis answers (and time is left), else later."""
     if _worth_trying_now(error) and not deadline.passed():
         try:
@@ -189,7 +191,7 @@ def _grace(step: Block) -> float:
     return LATE_WAIT_GRACE if step.precise else EXPIRY_GRACE
 
 
-def _wake_self(client: Any, request: AcquireRequest, deadline: Deadline) -> None:
+def _wake_self(client: SyncClient, request: AcquireRequest, deadline: Deadline) -> None:
     """End this waiter's own wait: a note on its wake list, expiring like a grant's if nobody reads it."""
     connections = bounded.connections_for(client, request.wake_key)
     for reply in bounded.exchange(
@@ -201,7 +203,9 @@ def _wake_self(client: Any, request: AcquireRequest, deadline: Deadline) -> None
             raise reply
 
 
-def _block(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None, deadline: Deadline) -> Woken:
+def _block(
+    client: SyncClient, request: AcquireRequest, step: Block, read_timeout: float | None, deadline: Deadline
+) -> Woken:
     """Wait on the wake list, every reply read by ``deadline``.
 
     A wait that ends at the caller's deadline (precise) or when the earliest
@@ -251,7 +255,7 @@ def _note(reply: Any) -> Any:
 
 
 async def adrive(
-    client: Any,
+    client: AsyncClient,
     request: AcquireRequest,
     flow: Flow,
     read_timeout: float | None,
@@ -301,7 +305,7 @@ async def adrive(
         raise
 
 
-async def _aclean_up(client: Any, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
+async def _aclean_up(client: AsyncClient, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
     """``_clean_up`` for a task; one cut off at its deadline leaves it to the background (it must end now)."""
     if _worth_trying_now(error) and not deadline.passed():
 
@@ -316,14 +320,14 @@ async def _aclean_up(client: Any, request: AcquireRequest, error: BaseException,
     renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
 
 
-async def _awake_self(client: Any, request: AcquireRequest) -> None:
+async def _awake_self(client: AsyncClient, request: AcquireRequest) -> None:
     pipe = client.pipeline(transaction=False)
     pipe.rpush(request.wake_key, WAKE_SELF)
     pipe.pexpire(request.wake_key, request.claim_ms)
     await pipe.execute()
 
 
-async def _ablock(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
+async def _ablock(client: AsyncClient, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
     timeout = _cap(step.timeout, read_timeout)
     punctual = step.precise or step.at_expiry
     if not punctual or isinstance(client, AsyncRedisCluster):
