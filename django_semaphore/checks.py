@@ -197,6 +197,7 @@ def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
         return [_error(5, "SEMAPHORES must be a dict of name -> options.", "See the docs, install.md.")]
     messages: list[CheckMessage] = []
     for name, options in raw.items():
+        problem: str | None
         for problem in option_problems(name, options):
             messages.append(_error(5, problem, "See the docs, reference/settings.md."))
         if not isinstance(options, Mapping):

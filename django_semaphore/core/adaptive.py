@@ -39,7 +39,7 @@ def state_int(value: str | None) -> int | None:
     return None if number is None else int(number)
 
 
-def is_adaptive(limit: object) -> bool:
+def is_adaptive(limit: object) -> TypeGuard[Mapping[Any, Any]]:
     """The ``limit`` option is a dict, so an adaptive limit (whatever is wrong inside it: E016 says)."""
     return isinstance(limit, Mapping)
 
