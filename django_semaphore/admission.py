@@ -60,6 +60,7 @@ def _timed_out(error: BaseException) -> bool:
 def _hung(request: HttpRequest) -> Hung:
     hung = getattr(request, "_semaphore_hung", None)
     if hung is None:
+        # Django's requests take attributes (as request.user); its stubs declare none of this app's.
         hung = request._semaphore_hung = Hung()  # type: ignore[attr-defined]
     return hung
 
@@ -208,6 +209,7 @@ def _noted(request: HttpRequest, admission: Admission) -> Admission:
         admission.name, admission.outcome, partition=admission.partition, mode=admission.mode, request=request
     )
     seen = getattr(request, "semaphores", None)
+    # The attributes this app documents on a request; Django's stubs cannot know them.
     if seen is None:
         seen = request.semaphores = {}  # type: ignore[attr-defined]
     seen[admission.name] = admission
@@ -378,6 +380,7 @@ def _until_lost(response: StreamingHttpResponse, permits: Sequence[Permit]) -> I
     if response.is_async:
 
         async def async_chunks() -> AsyncIterator[bytes]:
+            # An async iterator exactly when response.is_async; mypy cannot tie the two together.
             async for chunk in content:  # type: ignore[union-attr]
                 lost = _lost(permits)
                 if lost is not None:
@@ -388,6 +391,7 @@ def _until_lost(response: StreamingHttpResponse, permits: Sequence[Permit]) -> I
         return async_chunks()
 
     def chunks() -> Iterator[bytes]:
+        # A plain iterator: response.is_async is false here.
         for chunk in content:  # type: ignore[union-attr]
             lost = _lost(permits)
             if lost is not None:
@@ -423,6 +427,7 @@ def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission
         finally:
             release_all(held)
 
+    # Wrapping the method the server calls; mypy refuses every assignment to a method.
     response.close = close_and_release  # type: ignore[method-assign]
     weakref.finalize(response, _abandoned, held)
     return response

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from . import failure
 from .core.keys import check_name
@@ -26,7 +26,8 @@ from .core.permit import Permit
 from .core.semaphore import Attempt, Semaphore, get_semaphore
 from .exceptions import BackendUnavailable, SemaphoreFull
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 KeyFunction = Callable[..., Any]
 
 # A key function's value is namespaced as a view's key function's is (request_keys uses this too):
@@ -128,7 +129,8 @@ class Guard:
         try:
             attempt = sem.attempt(**self._options(label, metadata))
         except BackendUnavailable as error:
-            return _unguarded(sem, error, label)
+            # None: the call runs unguarded (else _unguarded raises); mypy refuses to return a None-typed call.
+            return _unguarded(sem, error, label)  # type: ignore[func-returns-value]
         if attempt.permit is None:
             raise full(sem, attempt)
         return attempt.permit
@@ -142,7 +144,8 @@ class Guard:
         try:
             attempt = await sem.aattempt(**self._options(label, metadata))
         except BackendUnavailable as error:
-            return _unguarded(sem, error, label)
+            # None: the call runs unguarded (else _unguarded raises); mypy refuses to return a None-typed call.
+            return _unguarded(sem, error, label)  # type: ignore[func-returns-value]
         if attempt.permit is None:
             raise full(sem, attempt)
         return attempt.permit
@@ -164,7 +167,7 @@ def limit(
     weight: int | None = None,
     lease: float | None = None,
     label: str | None = None,
-) -> Callable[[F], F]:
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Run the decorated function only while holding a permit of the semaphore ``name``.
 
     Works on plain functions, ``async def`` (on the asyncio client),
@@ -182,8 +185,9 @@ def limit(
         raise TypeError(f"key must be a function of the call's arguments, not {type(key).__name__}.")
     guard = Guard(name, key, wait, weight, lease)
 
-    def decorator(func: F) -> F:
+    def decorator(func: Callable[P, R]) -> Callable[P, R]:
         shown = label or f"{func.__module__}.{func.__qualname__}"
+        wrapper: Callable[..., Any]
         if inspect.isasyncgenfunction(func):
             wrapper = _async_generator(guard, func, shown)
         elif inspect.iscoroutinefunction(func):
@@ -192,7 +196,7 @@ def limit(
             wrapper = _generator(guard, func, shown)
         else:
             wrapper = _function(guard, func, shown)
-        return functools.wraps(func)(wrapper)  # type: ignore[return-value]
+        return functools.wraps(func)(wrapper)
 
     return decorator
 
@@ -219,8 +223,8 @@ def _coroutine(guard: Guard, func: Callable[..., Any], label: str) -> Callable[.
     return call
 
 
-def _generator(guard: Guard, func: Callable[..., Any], label: str) -> Callable[..., Iterator[Any]]:
-    def call(*args: Any, **kwargs: Any) -> Iterator[Any]:
+def _generator(guard: Guard, func: Callable[..., Any], label: str) -> Callable[..., Generator[Any, Any, Any]]:
+    def call(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
         # Runs at the first next(), as the generator itself would; close() or the garbage
         # collector's finalisation ends the `yield from` with GeneratorExit, releasing the permit.
         permit = guard.acquire(args, kwargs, label)

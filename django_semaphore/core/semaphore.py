@@ -20,6 +20,7 @@ from . import backend, bounded, registry, scripts, vanished
 from .bounded import Deadline
 from .calls import Calls
 from .cancel import CancellableClock, watching
+from .clients import AsyncClient, SyncClient
 from .conf import MAX_LIMIT, MAX_SECONDS, SemaphoreConfig, config_for, declared, key_prefix
 from .connection import aclient, get_client, socket_timeout
 from .drivers import OUTAGE_ERRORS, ReplicaConfirmation, adrive, drive, server_clock
@@ -212,7 +213,7 @@ class Semaphore:
 
     def _drive_cancellable(
         self,
-        client: Any,
+        client: SyncClient,
         request: AcquireRequest,
         confirm: ReplicaConfirmation | None,
         cancel: threading.Event,
@@ -260,7 +261,7 @@ class Semaphore:
         return self._finish(request, reply, auto_renew, on_lost)
 
     async def _aacquire(
-        self, client: Any, request: AcquireRequest, deadline: Deadline
+        self, client: AsyncClient, request: AcquireRequest, deadline: Deadline
     ) -> tuple[registry.Recording, AcquireReply]:
         """``aattempt``'s round trips, which its caller ends at ``deadline``."""
         recording = registry.SKIPPED
@@ -281,7 +282,7 @@ class Semaphore:
         auto_renew: bool | None,
         on_lost: Callable[[Permit], Any] | None,
     ) -> Attempt:
-        common = {"name": self.name, "partition": self.partition}
+        common: dict[str, Any] = {"name": self.name, "partition": self.partition}
         vanished.report_reply(self.name, self.partition, reply.vanished)
         if reply.code == TOO_HEAVY:
             raise WeightAboveLimit(f"Asked {request.weight} permits of {self.name!r}, whose limit is {reply.limit}.")
@@ -332,7 +333,7 @@ class Semaphore:
         )
         return Attempt(permit, reply.used, reply.limit, reply.waiting, 0, reply.waited)
 
-    def _confirmation(self, client: Any) -> ReplicaConfirmation | None:
+    def _confirmation(self, client: SyncClient | AsyncClient) -> ReplicaConfirmation | None:
         if not self.config.replicas:
             return None
         if isinstance(client, (RedisCluster, AsyncRedisCluster)):
