@@ -28,6 +28,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # The documentation in docs/_build/html; any warning (a broken link or anchor) fails it.
 docs: $(STAMP)
