@@ -29,6 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pylint django_semaphore
+	$(BIN)/mypy
 
 # The documentation in docs/_build/html; any warning (a broken link or anchor) fails it.
 docs: $(STAMP)

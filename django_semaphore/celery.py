@@ -24,7 +24,7 @@ import functools
 import inspect
 import random
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from .core.failure_policy import ERROR_RETRY_AFTER, give_back
 from .core.redis_keys import check_name
@@ -36,7 +36,8 @@ try:
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError('django_semaphore.celery needs Celery: pip install "django-semaphore[celery]"') from exc
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # A retry comes back after retry_after and at most this share of it again.
 JITTER = 0.5
@@ -54,7 +55,7 @@ def limit_task(
     wait: float = 0,
     weight: int | None = None,
     lease: float | None = None,
-) -> Callable[[F], F]:
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Run the task's function only while holding a permit of ``name``; retry the task when none is free.
 
     Put it under ``@app.task``. ``key`` is called with the task's arguments
@@ -68,12 +69,12 @@ def limit_task(
         raise TypeError(f"key must be a function of the task's arguments, not {type(key).__name__}.")
     guard = Guard(name, key, wait, weight, lease)
 
-    def decorator(func: F) -> F:
+    def decorator(func: Callable[P, R]) -> Callable[P, R]:
         if inspect.iscoroutinefunction(func) or inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
             raise TypeError(f"@limit_task guards a Celery task's plain function; {func.__qualname__} is not one.")
 
         @functools.wraps(func)
-        def run(*args: Any, **kwargs: Any) -> Any:
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
             label, metadata = _holder(func)
             try:
                 permit = guard.acquire(args, kwargs, label, metadata)
@@ -86,7 +87,7 @@ def limit_task(
             finally:
                 give_back(permit)
 
-        return run  # type: ignore[return-value]
+        return run
 
     return decorator
 

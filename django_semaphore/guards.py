@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from .core.failure_policy import agive_back, give_back, let_through
 from .core.permit import Permit
@@ -25,7 +25,8 @@ from .core.redis_keys import CUSTOM, check_name
 from .core.semaphore import Semaphore, get_semaphore, granted
 from .exceptions import BackendUnavailable
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 KeyFunction = Callable[..., Any]
 
 
@@ -120,7 +121,7 @@ def limit(
     weight: int | None = None,
     lease: float | None = None,
     label: str | None = None,
-) -> Callable[[F], F]:
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Run the decorated function only while holding a permit of the semaphore ``name``.
 
     Works on plain functions, ``async def`` (on the asyncio client),
@@ -138,8 +139,9 @@ def limit(
         raise TypeError(f"key must be a function of the call's arguments, not {type(key).__name__}.")
     guard = Guard(name, key, wait, weight, lease)
 
-    def decorator(func: F) -> F:
+    def decorator(func: Callable[P, R]) -> Callable[P, R]:
         shown = label or f"{func.__module__}.{func.__qualname__}"
+        wrapper: Callable[..., Any]
         if inspect.isasyncgenfunction(func):
             wrapper = _async_generator(guard, func, shown)
         elif inspect.iscoroutinefunction(func):
@@ -148,7 +150,7 @@ def limit(
             wrapper = _generator(guard, func, shown)
         else:
             wrapper = _function(guard, func, shown)
-        return functools.wraps(func)(wrapper)  # type: ignore[return-value]
+        return functools.wraps(func)(wrapper)
 
     return decorator
 
@@ -175,8 +177,8 @@ def _coroutine(guard: Guard, func: Callable[..., Any], label: str) -> Callable[.
     return call
 
 
-def _generator(guard: Guard, func: Callable[..., Any], label: str) -> Callable[..., Iterator[Any]]:
-    def call(*args: Any, **kwargs: Any) -> Iterator[Any]:
+def _generator(guard: Guard, func: Callable[..., Any], label: str) -> Callable[..., Generator[Any, Any, Any]]:
+    def call(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
         # Runs at the first next(), as the generator itself would; close() or the garbage
         # collector's finalisation ends the `yield from` with GeneratorExit, releasing the permit.
         permit = guard.acquire(args, kwargs, label)

@@ -70,7 +70,8 @@ class SemaphoreMiddleware:
         rules = [] if exempt_path(request) else matching_rules(request)
         if rules and await _abypass(request):
             _record_bypass(request, rules)
-            return await self.get_response(request)
+            response: HttpResponseBase = await self.get_response(request)  # async_mode: a coroutine function
+            return response
         held = await _aadmit_all(request, rules)
         if held and held[-1].rejected:
             await arelease_all(held)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 # The largest limit a semaphore may have (core/conf.py's MAX_LIMIT; kept here so conf imports this module).
 MAX_LIMIT = 10**9
@@ -39,12 +39,12 @@ def state_int(value: str | None) -> int | None:
     return None if number is None else int(number)
 
 
-def is_adaptive(limit: object) -> bool:
+def is_adaptive(limit: object) -> TypeGuard[Mapping[Any, Any]]:
     """The ``limit`` option is a dict, so an adaptive limit (whatever is wrong inside it: E016 says)."""
     return isinstance(limit, Mapping)
 
 
-def _int(value: object) -> bool:
+def _int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -68,7 +68,7 @@ def adaptive_problems(name: object, options: Mapping[str, Any]) -> list[str]:
     for key, value in ints.items():
         if not _int(value) or not 1 <= value <= MAX_LIMIT:
             problems.append(f"{where}[{key!r}] must be an integer from 1 to {MAX_LIMIT} (got {value!r}).")
-    if all(_int(v) for v in ints.values()) and not low <= initial <= high:  # type: ignore[operator]
+    if _int(low) and _int(high) and _int(initial) and not low <= initial <= high:
         problems.append(f"{where} needs min <= initial <= max (got {low}, {initial}, {high}).")
     target = spec.get("target")
     if target is not None and (not _real(target) or not 0 < target <= MAX_WINDOW):
@@ -83,7 +83,7 @@ def adaptive_problems(name: object, options: Mapping[str, Any]) -> list[str]:
     if not _real(tolerance) or not 1 < tolerance <= 1000:
         problems.append(f"{where}['tolerance'] must be a number above 1 (got {tolerance!r}).")
     weight = options.get("weight", 1)
-    if _int(weight) and _int(low) and weight > low:  # type: ignore[operator]
+    if _int(weight) and _int(low) and weight > low:
         problems.append(
             f"SEMAPHORES[{name!r}]['weight'] ({weight}) is above its adaptive min ({low}): a request could "
             "never fit once the limit came down."

@@ -40,6 +40,7 @@ from redis.retry import Retry
 
 from . import scripts
 from .calls import ScriptCall
+from .clients import AsyncClient, SyncClient
 from .connection import socket_timeout
 
 # Idle connections kept per pool; more are closed when given back.
@@ -135,7 +136,7 @@ _connections_lock = threading.Lock()
 os.register_at_fork(after_in_child=_connections.clear)
 
 
-def connections_for(client: Any, key: str) -> Connections:
+def connections_for(client: SyncClient, key: str) -> Connections:
     """The deadline connections to the server (the Cluster node) that holds ``key``."""
     if isinstance(client, RedisCluster):
         client = client.get_redis_connection(client.get_node_from_key(key))
@@ -175,7 +176,7 @@ def exchange(connections: Connections, deadline: Deadline, commands: list[tuple[
     return replies
 
 
-def _perform(client: Any, connections: Connections, deadline: Deadline, step: scripts.Step) -> Any:
+def _perform(client: SyncClient, connections: Connections, deadline: Deadline, step: scripts.Step) -> Any:
     """One step of a script exchange on these connections, by ``deadline``.
 
     Loading the library (a server that lost it) goes on the same connection;
@@ -190,7 +191,7 @@ def _perform(client: Any, connections: Connections, deadline: Deadline, step: sc
     return exchange(connections, deadline, step.commands)
 
 
-def _exchange(client: Any, calls: list[ScriptCall], extra: list[tuple[Any, ...]], deadline: Deadline) -> Any:
+def _exchange(client: SyncClient, calls: list[ScriptCall], extra: list[tuple[Any, ...]], deadline: Deadline) -> Any:
     """``calls`` then ``extra`` in one round trip, the way the server takes them (core/scripts.py), by ``deadline``."""
     connections = connections_for(client, calls[0].keys[0])
     steps = scripts.exchange(client, calls, extra)
@@ -201,7 +202,7 @@ def _redirected(reply: Any) -> bool:
     return isinstance(reply, (redis.exceptions.MovedError, redis.exceptions.AskError))
 
 
-def run_pipeline(client: Any, calls: list[ScriptCall], deadline: Deadline) -> list[Any]:
+def run_pipeline(client: SyncClient, calls: list[ScriptCall], deadline: Deadline) -> list[Any]:
     """``scripts.run_pipeline`` by ``deadline`` (all calls' keys on one server or Cluster node).
 
     A slot that moved meanwhile (MOVED, ASK) is retried through the cluster client.
@@ -214,12 +215,12 @@ def run_pipeline(client: Any, calls: list[ScriptCall], deadline: Deadline) -> li
     return list(replies)
 
 
-def run(client: Any, call: ScriptCall, deadline: Deadline) -> Any:
+def run(client: SyncClient, call: ScriptCall, deadline: Deadline) -> Any:
     """``scripts.run`` by ``deadline``."""
     return scripts.raised(run_pipeline(client, [call], deadline)[0])
 
 
-def run_confirmed(client: Any, call: ScriptCall, replicas: int, timeout_ms: int, deadline: Deadline) -> Any:
+def run_confirmed(client: SyncClient, call: ScriptCall, replicas: int, timeout_ms: int, deadline: Deadline) -> Any:
     """``scripts.run_confirmed`` (the script, then ``WAIT`` on its connection) by ``deadline``."""
     if deadline.at is None:
         return scripts.run_confirmed(client, call, replicas, timeout_ms)
@@ -229,7 +230,7 @@ def run_confirmed(client: Any, call: ScriptCall, replicas: int, timeout_ms: int,
     return scripts.raised(reply), int(scripts.raised(acked))
 
 
-def run_each(client: Any, calls: list[ScriptCall], deadline: Deadline) -> list[Any]:
+def run_each(client: SyncClient, calls: list[ScriptCall], deadline: Deadline) -> list[Any]:
     """Calls on keys of different slots (partitions), by ``deadline``: one pipeline per server, or per call."""
     if deadline.at is None or isinstance(client, RedisCluster):
         return [_value(lambda call=call: run(client, call, deadline)) for call in calls]
@@ -261,7 +262,7 @@ async def by(deadline: Deadline, work: Coroutine[Any, Any, T]) -> T:
         raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.") from None
 
 
-def budget(client: Any, wait: float) -> Deadline:
+def budget(client: SyncClient | AsyncClient, wait: float) -> Deadline:
     """An acquire's deadline: its wait (and a little for leaving the line), else one socket timeout."""
     if wait > 0:
         return Deadline.after(wait + LEAVING)

@@ -57,11 +57,11 @@ def key_prefix() -> str:
     if isinstance(prefix, str) and prefix in _checked_prefixes:
         return prefix
     try:
-        check_prefix(prefix)
+        checked = check_prefix(prefix)
     except ValueError as exc:
         raise ImproperlyConfigured(str(exc)) from exc
-    _checked_prefixes.add(prefix)
-    return prefix
+    _checked_prefixes.add(checked)
+    return checked
 
 
 _checked_prefixes: set[str] = set()

@@ -56,6 +56,7 @@ from redis.exceptions import RedisError
 
 from . import errors, scripts, signals
 from .calls import ScriptCall
+from .clients import AsyncClient, SyncClient
 from .conf import app_setting
 from .errors import BackendUnavailable
 from .outages import outage_log
@@ -90,15 +91,15 @@ _url_lock = threading.Lock()
 class _LoopClients:
     """The asyncio clients of one event loop, and what closes them when the loop shuts down."""
 
-    clients: dict[Any, Any] = field(default_factory=dict)
+    clients: dict[str | int, AsyncClient] = field(default_factory=dict)
     closer: AsyncIterator[None] | None = None
 
 
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClients] = weakref.WeakKeyDictionary()
-_ready_clusters: weakref.WeakSet[Any] = weakref.WeakSet()
+_ready_clusters: weakref.WeakSet[redis.asyncio.cluster.RedisCluster] = weakref.WeakSet()
 
 
-def _factory(setting: Any) -> Callable[[], Any] | None:
+def _factory(setting: object) -> Callable[[], Any] | None:
     if callable(setting):
         given: Callable[[], Any] = setting
         return given
@@ -135,7 +136,8 @@ def get_client() -> Any:
     setting = _setting("SEMAPHORE_CONNECTION")
     factory = _factory(setting)
     if factory is not None:
-        return factory()
+        client: SyncClient = factory()  # a redis-py client, as the setting promises
+        return client
     if not isinstance(setting, str):
         raise ImproperlyConfigured("SEMAPHORE_CONNECTION must be a cache alias, a redis URL or a client factory.")
     if "://" in setting:
@@ -146,7 +148,7 @@ def get_client() -> Any:
     return cache_client(setting)
 
 
-def _async_from_sync(client: Any) -> Any:
+def _async_from_sync(client: SyncClient) -> AsyncClient:
     """An asyncio client reaching the same server as a sync ``redis.Redis``."""
     pool = getattr(client, "connection_pool", None)
     if pool is None:
@@ -176,7 +178,7 @@ def _async_retry(sync_retry: Any) -> redis.asyncio.retry.Retry:
     return redis.asyncio.retry.Retry(NoBackoff(), retries)
 
 
-def _async_sentinel_master(pool: redis.sentinel.SentinelConnectionPool, kwargs: dict[str, Any]) -> Any:
+def _async_sentinel_master(pool: redis.sentinel.SentinelConnectionPool, kwargs: dict[str, Any]) -> redis.asyncio.Redis:
     """The asyncio twin of a Sentinel-managed pool: it asks the same sentinels for the master.
 
     Copying host and port would pin the asyncio client to whichever server
@@ -192,13 +194,14 @@ def _async_sentinel_master(pool: redis.sentinel.SentinelConnectionPool, kwargs: 
     }
     kwargs.pop("host", None)
     kwargs.pop("port", None)
-    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    # redis-py leaves master_for unannotated; it returns its redis_class, redis.asyncio.Redis by default.
+    master: redis.asyncio.Redis = redis.asyncio.sentinel.Sentinel(
         addresses, sentinel_kwargs=sentinel_kwargs, **kwargs
-    )
-    return sentinel.master_for(pool.service_name)
+    ).master_for(pool.service_name)
+    return master
 
 
-def get_async_client() -> Any:
+def get_async_client() -> AsyncClient:
     """The asyncio client for the running event loop."""
     loop = asyncio.get_running_loop()
     setting = _setting("SEMAPHORE_ASYNC_CONNECTION") or _setting("SEMAPHORE_CONNECTION")
@@ -218,7 +221,7 @@ def get_async_client() -> Any:
     return client
 
 
-async def aclient() -> Any:
+async def aclient() -> AsyncClient:
     """``get_async_client()``, made ready for concurrent use.
 
     An asyncio ``RedisCluster`` that many tasks use before its first command
@@ -236,7 +239,7 @@ async def aclient() -> Any:
     return client
 
 
-async def _closed_at_shutdown(clients: dict[Any, Any]) -> AsyncIterator[None]:
+async def _closed_at_shutdown(clients: dict[str | int, AsyncClient]) -> AsyncIterator[None]:
     """Close ``clients`` when their event loop shuts down.
 
     asyncio has no "loop closing" callback, but ``asyncio.run`` (which asgiref
@@ -255,7 +258,7 @@ async def _closed_at_shutdown(clients: dict[Any, Any]) -> AsyncIterator[None]:
         clients.clear()
 
 
-def socket_timeout(client: Any) -> float | None:
+def socket_timeout(client: SyncClient | AsyncClient) -> float | None:
     """The client's read timeout, so a blocking wait never outlasts it."""
     if hasattr(client, "get_connection_kwargs"):  # RedisCluster, sync and asyncio
         kwargs = client.get_connection_kwargs()

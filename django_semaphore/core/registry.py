@@ -30,14 +30,18 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import bounded, scripts
 from .bounded import Deadline
 from .calls import Calls, ScriptCall
+from .clients import AsyncClient, SyncClient
 from .conf import SemaphoreConfig, app_setting, key_prefix
 from .redis_keys import SemaphoreKeys
 from .renewal import renewer
+
+if TYPE_CHECKING:
+    from redis.typing import ZSetScoredMembers
 
 LABEL_LIMIT = 200
 # Partitions this process has recorded lately, and when; bounded so that a
@@ -168,7 +172,7 @@ def _evict_calls(config: SemaphoreConfig, candidates: list[tuple[str, int]]) -> 
     ]
 
 
-def admit(client: Any, config: SemaphoreConfig, partition: str, key: Any, deadline: Deadline) -> Recording:
+def admit(client: SyncClient, config: SemaphoreConfig, partition: str, key: Any, deadline: Deadline) -> Recording:
     """Record ``partition`` before it is acquired, evicting idle ones past the cap, by ``deadline``.
 
     An outage raises (the caller's failure policy applies) rather than going
@@ -187,7 +191,7 @@ def admit(client: Any, config: SemaphoreConfig, partition: str, key: Any, deadli
     return Recording(recorded=True, new=not int(reply[0]), sent_at=sent_at)
 
 
-async def aadmit(client: Any, config: SemaphoreConfig, partition: str, key: Any) -> Recording:
+async def aadmit(client: AsyncClient, config: SemaphoreConfig, partition: str, key: Any) -> Recording:
     """``admit`` on an asyncio client (its caller ends it at the deadline)."""
     if not _due(config.name, partition):
         return SKIPPED
@@ -216,13 +220,13 @@ def _state_key(name: str, partition: str) -> str:
     return SemaphoreKeys.build(key_prefix(), name, partition).state
 
 
-def _forget(client: Any, name: str, gone: list[str]) -> bool:
+def _forget(client: SyncClient, name: str, gone: list[str]) -> bool:
     if gone:
         _forgetting(client, name, gone).execute()
     return bool(gone)
 
 
-def _forgetting(client: Any, name: str, gone: list[str]) -> Any:
+def _forgetting(client: SyncClient, name: str, gone: list[str]) -> Any:
     """A pipeline dropping ``gone`` from the registry (both keys share a slot: one round trip)."""
     pipe = client.pipeline(transaction=False)
     pipe.zrem(registry_key(name), *gone)
@@ -230,7 +234,7 @@ def _forgetting(client: Any, name: str, gone: list[str]) -> Any:
     return pipe
 
 
-def recent(client: Any, name: str, limit: int) -> dict[str, str]:
+def recent(client: SyncClient, name: str, limit: int) -> dict[str, str]:
     """The ``limit`` partitions recorded most recently, newest first: hash -> label.
 
     Reads ``limit`` entries and checks only those (their expired partitions
@@ -239,9 +243,9 @@ def recent(client: Any, name: str, limit: int) -> dict[str, str]:
     whose acquire has not run yet: it is kept (its partition, once made, must
     stay under the cap).
     """
-    scored = [
-        (_text(p), score) for p, score in client.zrevrange(registry_key(name), 0, max(limit, 1) - 1, withscores=True)
-    ]
+    # redis-py types ZREVRANGE's reply for both ways of calling it; WITHSCORES answers the scored one.
+    ranked = cast("ZSetScoredMembers", client.zrevrange(registry_key(name), 0, max(limit, 1) - 1, withscores=True))
+    scored = [(_text(p), score) for p, score in ranked]
     if not scored:
         return {}
     listed = [partition for partition, _score in scored]
@@ -258,18 +262,18 @@ def recent(client: Any, name: str, limit: int) -> dict[str, str]:
     return {p: _text(label or "") for p, label, exists in zip(listed, labels, alive, strict=True) if exists}
 
 
-def count(client: Any, name: str) -> int:
+def count(client: SyncClient, name: str) -> int:
     """Partitions recorded in the last two idle periods: at least all those alive."""
     return int(client.zcard(registry_key(name)))
 
 
-def label(client: Any, name: str, partition: str) -> str | None:
+def label(client: SyncClient, name: str, partition: str) -> str | None:
     """The label of a registered partition, None if the registry does not know it."""
     value = client.hget(labels_key(name), partition)
     return None if value is None else _text(value)
 
 
-def pages(client: Any, name: str, size: int) -> Iterator[dict[str, str]]:
+def pages(client: SyncClient, name: str, size: int) -> Iterator[dict[str, str]]:
     """Every registered partition, by ZSCAN cursor: one bounded page (hash -> label) per round trip or two.
 
     As with any SCAN, an entry may come twice, and one recorded meanwhile

@@ -27,6 +27,7 @@ from .calls import (
     akeyword_options,
     keyword_options,
 )
+from .clients import AsyncClient
 from .conf import SemaphoreConfig, config_for, declared
 from .connection import aclient, get_client, translated
 from .errors import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit, WeightMismatch
@@ -181,7 +182,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         return self._finish(request, reply, recording, options)
 
     async def _aacquire(
-        self, client: Any, request: AcquireRequest, deadline: Deadline
+        self, client: AsyncClient, request: AcquireRequest, deadline: Deadline
     ) -> tuple[registry.Recording, AcquireReply]:
         """``aattempt``'s round trips, which its caller ends at ``deadline``."""
         recording = registry.SKIPPED

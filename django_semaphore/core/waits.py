@@ -40,6 +40,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from . import bounded, scripts
 from .bounded import Deadline
 from .calls import AcquireRequest
+from .clients import AsyncClient, SyncClient
 from .errors import is_outage
 from .renewal import renewer
 
@@ -105,7 +106,7 @@ def _grace(step: Block) -> float:
     return LATE_WAIT_GRACE if step.precise else EXPIRY_GRACE
 
 
-def _wake_self(client: Any, request: AcquireRequest, deadline: Deadline) -> None:
+def _wake_self(client: SyncClient, request: AcquireRequest, deadline: Deadline) -> None:
     """End this waiter's own wait: a note on its wake list, expiring like a grant's if nobody reads it."""
     connections = bounded.connections_for(client, request.wake_key)
     for reply in bounded.exchange(
@@ -181,7 +182,7 @@ async def aclean_up(client: Any, request: AcquireRequest, error: BaseException, 
     renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
 
 
-async def _awake_self(client: Any, request: AcquireRequest) -> None:
+async def _awake_self(client: AsyncClient, request: AcquireRequest) -> None:
     pipe = client.pipeline(transaction=False)
     pipe.rpush(request.wake_key, WAKE_SELF)
     pipe.pexpire(request.wake_key, request.claim_ms)

@@ -21,8 +21,10 @@ from ..models import SemaphoreDashboard
 from . import views
 
 
+# ModelAdmin[SemaphoreDashboard] fails at run time: Django's ModelAdmin is generic only in django-stubs
+# (django-stubs-ext's monkeypatch makes it subscriptable, which an app cannot do to its users' Django).
 @admin.register(SemaphoreDashboard)
-class SemaphoreDashboardAdmin(admin.ModelAdmin):
+class SemaphoreDashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

@@ -8,9 +8,10 @@ never a 500: the dashboard is what an operator opens when things are broken.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from datetime import timezone as dt_timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -51,6 +52,11 @@ from .chart import HEIGHT, WIDTH, utilisation_chart
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
 
+    from ..models import SemaphoreDashboard
+
+    # What every view is handed: dashboard/admin.py's SemaphoreDashboardAdmin (which imports this module).
+    DashboardAdmin: TypeAlias = ModelAdmin[SemaphoreDashboard]
+
 VIEW = "django_semaphore.view_semaphore_dashboard"
 RELEASE = "django_semaphore.release_semaphore_permit"
 POLL_SECONDS = 3
@@ -60,7 +66,7 @@ LIMIT_ACTIONS = ("limit", "clear", "pause", "resume")
 HOLDER_SEARCH = 100_000
 # The engine turns every outage (a refusal such as OOM included) into
 # BackendUnavailable; the raw classes cover any call made around it.
-OUTAGES = (BackendUnavailable, *OUTAGE_ERRORS)
+OUTAGES: tuple[type[Exception], ...] = (BackendUnavailable, *OUTAGE_ERRORS)
 
 
 class BadRequest(Exception):
@@ -76,7 +82,7 @@ def _wants_json(request: HttpRequest) -> bool:
     return "application/json" in request.headers.get("Accept", "")
 
 
-def _url(model_admin: ModelAdmin, view: str, *args: str) -> str:
+def _url(model_admin: DashboardAdmin, view: str, *args: str) -> str:
     opts = model_admin.opts
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_{view}", args=args)
 
@@ -101,7 +107,7 @@ def _level(utilisation: float) -> str:
     return "full" if utilisation >= 1 else "high" if utilisation >= 0.7 else "low"
 
 
-def _paused(item: dict[str, Any]) -> bool:
+def _paused(item: Mapping[str, object]) -> bool:
     """A pause is an override of 0; a keyed row's own limit is the settings', so it never reads as one."""
     return item["override"] == 0
 
@@ -117,7 +123,7 @@ def shown(value: object) -> str:
     return "" if value is None else for_terminal(value)
 
 
-def _decorate(model_admin: ModelAdmin, row: dict[str, Any]) -> dict[str, Any]:
+def _decorate(model_admin: DashboardAdmin, row: dict[str, Any]) -> dict[str, Any]:
     """Add what the page shows but monitoring scripts need not: display strings, links, chart points.
 
     ``paused`` (and the bar's grey ``level``) say plainly what a limit of 0
@@ -154,7 +160,7 @@ def _decorate(model_admin: ModelAdmin, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _unavailable(model_admin: ModelAdmin, request: HttpRequest, exc: Exception) -> HttpResponse:
+def _unavailable(model_admin: DashboardAdmin, request: HttpRequest, exc: Exception) -> HttpResponse:
     if is_refusal(exc):
         message = _("Redis refused the command: %(error)s") % {"error": reason(exc)}
     else:
@@ -165,7 +171,7 @@ def _unavailable(model_admin: ModelAdmin, request: HttpRequest, exc: Exception) 
     return TemplateResponse(request, "admin/django_semaphore/dashboard.html", context, status=503)
 
 
-def _context(model_admin: ModelAdmin, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+def _context(model_admin: DashboardAdmin, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
     return {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.opts,
@@ -194,11 +200,11 @@ def _shown_to(request: HttpRequest, rows: list[dict[str, Any]]) -> list[dict[str
     return rows
 
 
-def _dashboard_rows(model_admin: ModelAdmin) -> list[dict[str, Any]]:
+def _dashboard_rows(model_admin: DashboardAdmin) -> list[dict[str, Any]]:
     return [_decorate(model_admin, row) for row in overview(history=True)["semaphores"]]
 
 
-def dashboard(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
+def dashboard(model_admin: DashboardAdmin, request: HttpRequest) -> HttpResponse:
     _require(request, VIEW)
     try:
         rows = _shown_to(request, _dashboard_rows(model_admin))
@@ -210,7 +216,7 @@ def dashboard(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
     return TemplateResponse(request, "admin/django_semaphore/dashboard.html", context)
 
 
-def dashboard_json(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
+def dashboard_json(model_admin: DashboardAdmin, request: HttpRequest) -> HttpResponse:
     _require(request, VIEW)
     try:
         rows = _shown_to(request, _dashboard_rows(model_admin))
@@ -219,11 +225,11 @@ def dashboard_json(model_admin: ModelAdmin, request: HttpRequest) -> HttpRespons
     return JsonResponse({"schema": SCHEMA_VERSION, "semaphores": rows})
 
 
-def _detail_row(model_admin: ModelAdmin, sem: Semaphore) -> dict[str, Any]:
+def _detail_row(model_admin: DashboardAdmin, sem: Semaphore) -> dict[str, Any]:
     return _decorate(model_admin, summary(sem, holders=True, history=True))
 
 
-def detail(model_admin: ModelAdmin, request: HttpRequest, name: str) -> HttpResponse:
+def detail(model_admin: DashboardAdmin, request: HttpRequest, name: str) -> HttpResponse:
     _require(request, VIEW)
     partition = request.GET.get("partition")
     try:
@@ -249,7 +255,7 @@ def detail(model_admin: ModelAdmin, request: HttpRequest, name: str) -> HttpResp
     return TemplateResponse(request, "admin/django_semaphore/detail.html", context)
 
 
-def detail_json(model_admin: ModelAdmin, request: HttpRequest, name: str) -> HttpResponse:
+def detail_json(model_admin: DashboardAdmin, request: HttpRequest, name: str) -> HttpResponse:
     _require(request, VIEW)
     try:
         (row,) = _shown_to(request, [_detail_row(model_admin, _target(name, request.GET.get("partition")))])
@@ -279,12 +285,12 @@ def _form_target(request: HttpRequest, name: str) -> Semaphore:
     return _target(name, request.POST.get("partition") or None)
 
 
-def _back(model_admin: ModelAdmin, sem: Semaphore) -> str:
+def _back(model_admin: DashboardAdmin, sem: Semaphore) -> str:
     detail = _url(model_admin, "detail", sem.name)
     return f"{detail}?partition={sem.partition}" if sem.partition else detail
 
 
-def release(model_admin: ModelAdmin, request: HttpRequest, name: str) -> HttpResponse:
+def release(model_admin: DashboardAdmin, request: HttpRequest, name: str) -> HttpResponse:
     """Force-release one holder (``token``) or all (``all=1``), after a confirmation step.
 
     Without ``confirm=yes`` the answer is a confirmation page; the page's
@@ -331,7 +337,7 @@ def release(model_admin: ModelAdmin, request: HttpRequest, name: str) -> HttpRes
     return _answer(request, _back(model_admin, sem), message)
 
 
-def limit(model_admin: ModelAdmin, request: HttpRequest, name: str) -> HttpResponse:
+def limit(model_admin: DashboardAdmin, request: HttpRequest, name: str) -> HttpResponse:
     """Change the runtime limit of one semaphore or key, after confirming.
 
     The form sends one of ``limit`` (set it), ``clear`` (drop the override),
@@ -388,7 +394,7 @@ def _change_limit(sem: Semaphore, action: str, value: int | None) -> tuple[str, 
 
 
 def _limit_confirmation(
-    model_admin: ModelAdmin, request: HttpRequest, sem: Semaphore, action: str, value: int | None
+    model_admin: DashboardAdmin, request: HttpRequest, sem: Semaphore, action: str, value: int | None
 ) -> HttpResponse:
     subject = sem.name if not sem.partition else _("%(name)s, key %(key)s") % {"name": sem.name, "key": shown(sem.key)}
     context = _context(

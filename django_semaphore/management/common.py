@@ -65,7 +65,9 @@ def describe(sem: Semaphore) -> str:
     return sem.name if sem.partition is None else f"{sem.name} [key {for_terminal(sem.key)}]"
 
 
-def number_option(value: object, parse: Callable[[str], T], kind: type | tuple[type, ...], error: str) -> T | None:
+def number_option(
+    value: object, parse: Callable[[str], T], kind: type[T] | tuple[type[T], ...], error: str
+) -> T | None:
     """An option's number, typed on a command line (ASCII digits only: ``ascii_numbers``) or passed to
     ``call_command`` as a number; ``error`` (a CommandError, exit status 1) otherwise. None stays None."""
     if value is None:
@@ -77,7 +79,7 @@ def number_option(value: object, parse: Callable[[str], T], kind: type | tuple[t
             raise CommandError(f"{error} (got {value!r}).") from None  # repr escapes what does not print
     if isinstance(value, bool) or not isinstance(value, kind):
         raise CommandError(error)
-    return value  # type: ignore[return-value]
+    return value
 
 
 def confirm(prompt: str, options: dict[str, Any]) -> bool:

@@ -26,7 +26,7 @@ says that). Registered with E015 under the ``django_semaphore_redis`` tag.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlparse
 
@@ -37,6 +37,7 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.cluster import RedisCluster
 
 from ..core.checks import APP
+from ..core.clients import SyncClient
 from ..core.conf import app_setting
 from ..core.connection import get_client
 from ..core.errors import is_outage, reason
@@ -75,7 +76,7 @@ def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     return []
 
 
-def _memory_settings(client: Any) -> list[tuple[int, str, str]]:
+def _memory_settings(client: SyncClient) -> list[tuple[int, str, str]]:
     """(maxmemory in bytes, maxmemory-policy, maxmemory as Redis prints it) of each server behind ``client``."""
     try:
         found = _per_server(client, lambda c, **k: c.info("memory", **k))
@@ -91,7 +92,7 @@ def _memory_settings(client: Any) -> list[tuple[int, str, str]]:
         ]
 
 
-def _per_server(client: Any, read: Any) -> list[Mapping[str, Any]]:
+def _per_server(client: SyncClient, read: Callable[..., Any]) -> list[Mapping[str, Any]]:
     """``read`` on the one server, or on every primary of a Redis Cluster."""
     if isinstance(client, RedisCluster):
         replies = read(client, target_nodes=RedisCluster.PRIMARIES)
@@ -156,7 +157,7 @@ def _keyed_semaphores() -> list[str]:
     return names
 
 
-def _caches_on_the_same_server(client: Any) -> list[str]:
+def _caches_on_the_same_server(client: SyncClient) -> list[str]:
     """Cache aliases whose server is the semaphores' one (by host and port, or socket path)."""
     setting = app_setting("SEMAPHORE_CONNECTION")
     caches = getattr(settings, "CACHES", {}) or {}
@@ -189,9 +190,9 @@ def _location_address(location: str) -> tuple[str, int] | str | None:
     return _address(url.hostname, url.port, None)
 
 
-def _address(host: object, port: object, path: object) -> tuple[str, int] | str | None:
+def _address(host: object, port: int | str | None, path: object) -> tuple[str, int] | str | None:
     if path:
         return str(path)
     if not host:
         return None
-    return (str(host), int(port) if port else 6379)  # type: ignore[call-overload]
+    return (str(host), int(port) if port else 6379)

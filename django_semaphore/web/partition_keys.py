@@ -161,7 +161,8 @@ def resolve_key(spec: Any) -> KeyFunction | None:
     if spec is None:
         return None
     if callable(spec):
-        return spec
+        function: KeyFunction = spec
+        return function
     if spec == "ip":
         return _ip_key
     if spec == "user":
@@ -175,7 +176,8 @@ def resolve_key(spec: Any) -> KeyFunction | None:
     problem = key_problem(spec)
     if problem:
         raise ImproperlyConfigured(problem)
-    return import_string(spec)
+    imported: KeyFunction = import_string(spec)
+    return imported
 
 
 class NotLimited:

@@ -32,4 +32,12 @@ def log_answer(request: HttpRequest, response: HttpResponseBase) -> None:
         return
     chosen = getattr(settings, SETTING, DEFAULT_LEVEL)
     level = chosen.lower() if level_problem(chosen) is None else "error"  # E010 names a wrong value
-    log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request, level=level)
+    log_response(
+        "%s: %s",
+        response.reason_phrase,
+        request.path,
+        # django-stubs narrow it to HttpResponse; Django logs any response (it reads status_code).
+        response=response,  # type: ignore[arg-type]
+        request=request,
+        level=level,
+    )

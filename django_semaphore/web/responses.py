@@ -82,7 +82,8 @@ def error_view(name: str | None) -> ErrorView:
     chosen = _view_setting(name)
     if chosen is None:
         return semaphore_full
-    return import_string(chosen) if isinstance(chosen, str) else chosen
+    view: ErrorView = import_string(chosen) if isinstance(chosen, str) else chosen
+    return view
 
 
 def respond(

@@ -109,7 +109,7 @@ class RequestView:
 
     @cached_property
     def match(self) -> ResolverMatch | None:
-        existing = getattr(self.request, "resolver_match", None)
+        existing: ResolverMatch | None = getattr(self.request, "resolver_match", None)
         if existing is not None:
             return existing
         try:
@@ -185,7 +185,8 @@ def bypass_predicate() -> Callable[[HttpRequest], bool]:
     setting = web_setting("SEMAPHORE_MIDDLEWARE_BYPASS")
     if setting is None:
         return _never
-    return import_string(setting) if isinstance(setting, str) else setting
+    predicate: Callable[[HttpRequest], bool] = import_string(setting) if isinstance(setting, str) else setting
+    return predicate
 
 
 def _forget_parsed(**kwargs: Any) -> None:

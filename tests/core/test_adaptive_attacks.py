@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from django_semaphore import Semaphore, signals
+from django_semaphore import Semaphore
 from django_semaphore.core import connection, scripts
 from django_semaphore.core.adaptive import adaptive_problems
 from django_semaphore.core.conf import SemaphoreConfig

@@ -7,7 +7,7 @@ older than the next holder's, so a fenced resource refuses them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -57,7 +57,8 @@ class Command(BaseCommand):
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         released = 0
         for sem in sems:
-            for token in client.zrangebyscore(sem.keys.holders, "-inf", now_ms):
+            # redis-py's type also covers clients that decode replies (decode_responses); the engine's read bytes.
+            for token in cast("list[bytes]", client.zrangebyscore(sem.keys.holders, "-inf", now_ms)):
                 self.stdout.write(f"Reclaimed expired {for_terminal(token.decode())} from {describe(sem)}")
                 released += 1
             sem.status(1)

@@ -9,6 +9,7 @@ from django.test.utils import override_settings
 from redis.exceptions import ResponseError
 
 from ...core import scripts
+from ...core.clients import SyncClient
 from ...core.connection import get_client
 from ...core.safe_text import for_terminal
 from ...ops import libraries
@@ -56,7 +57,7 @@ class Command(BaseCommand):
             if options["list"] or not (options["load"] or options["clean"]):
                 guarded(lambda: self.listing(client))
 
-    def load(self, client: Any) -> None:
+    def load(self, client: SyncClient) -> None:
         try:
             name = libraries.load(client)
         except ResponseError as error:
@@ -71,7 +72,7 @@ class Command(BaseCommand):
             return
         self.stdout.write(f"Loaded {name}, the library of django-semaphore {scripts.app_version()}.")
 
-    def clean(self, client: Any, options: dict[str, Any]) -> None:
+    def clean(self, client: SyncClient, options: dict[str, Any]) -> None:
         unused = [library for library in libraries.inventory(client) if not library.in_use]
         if not unused:
             self.stdout.write("Nothing to clean: every library on the server is in use.")
@@ -83,7 +84,7 @@ class Command(BaseCommand):
             libraries.delete(client, library)
             self.stdout.write(f"Deleted {library.name} (django-semaphore {library.version or 'before 0.2'}).")
 
-    def listing(self, client: Any) -> None:
+    def listing(self, client: SyncClient) -> None:
         own = scripts.library()[0]
         try:
             found = libraries.inventory(client)

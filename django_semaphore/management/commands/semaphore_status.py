@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -65,7 +66,7 @@ def check_refresh(interval: object, count: object) -> tuple[float | None, int | 
     return (None if seconds is None else float(seconds)), refreshes
 
 
-def table(rows: list[tuple[str, ...]]) -> list[str]:
+def table(rows: Sequence[tuple[str, ...]]) -> list[str]:
     """Left-aligned first column, right-aligned numbers, two spaces between; every cell escaped for the terminal."""
     rows = [tuple(for_terminal(cell) for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
