@@ -39,7 +39,7 @@ def run(bench: Bench, seconds: float, svg: str | None = None) -> dict[str, Any]:
             "settled_limit": r.settled_limit(),
             "goodput_per_s": round(r.goodput(acceptable, last=1.0), 1),
             "served_per_s": round(sum(1 for _, w in r.records if w is not None) / r.seconds, 1),
-            "median_work_ms": round(statistics.median(w for _, w in r.records if w is not None) * 1000, 1),
+            "median_work_ms": _median_ms([w for _, w in r.records if w is not None]),
             "over_limit": r.over,
         }
         for label, r in runs.items()
@@ -58,6 +58,11 @@ def run(bench: Bench, seconds: float, svg: str | None = None) -> dict[str, Any]:
     }
 
 
+def _median_ms(seconds: list[float]) -> float | None:
+    """The median work time in ms; None when a case served nothing (its workers missed a short run's window)."""
+    return round(statistics.median(seconds) * 1000, 1) if seconds else None
+
+
 def rows(results: dict[str, Any]) -> list[tuple[str, ...]]:
     """The per-case table: label, settled limit, goodput, served, median work, entries over the limit."""
     return [
@@ -66,7 +71,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, ...]]:
             f"{c['settled_limit']:g}",
             f"{c['goodput_per_s']:.0f}",
             f"{c['served_per_s']:.0f}",
-            f"{c['median_work_ms']:.0f}",
+            "-" if c["median_work_ms"] is None else f"{c['median_work_ms']:.0f}",
             str(c["over_limit"]),
         )
         for label, c in (results.get("adaptive_cases") or {}).items()

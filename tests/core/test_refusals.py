@@ -65,8 +65,11 @@ def backend_errors() -> Iterator[list[BaseException]]:
 
 @pytest.mark.parametrize("code", sorted(REFUSALS))
 def test_each_refusal_raises_backend_unavailable_and_clears_with_its_cause(
-    code: str, own_server: RedisServer, admin_client: redis.Redis, backend_errors: list[BaseException]
+    code: str, own_server: RedisServer, admin_client: redis.Redis, backend_errors: list[BaseException], settings
 ) -> None:
+    # A refusal is answered at once: a roomy timeout keeps a starved machine's slow answer from
+    # passing for a hung server (this test is about what the server says, not when).
+    settings.SEMAPHORE_CONNECTION = f"{own_server.url}?socket_timeout=5&socket_connect_timeout=5"
     sem = get_semaphore("reports")
     assert sem.acquire(auto_renew=False) is not None
     undo = REFUSALS[code](own_server, admin_client)

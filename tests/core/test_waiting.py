@@ -14,7 +14,7 @@ import time
 import pytest
 import redis
 
-from django_semaphore import Attempt, Permit, Semaphore
+from django_semaphore import Attempt, BackendUnavailable, Permit, Semaphore
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.testing import RedisServer, find_binary
 
@@ -167,17 +167,22 @@ def test_a_wait_ends_on_time_whatever_the_servers_timer(slow_timer_server: Redis
     overruns = []
     for _ in range(25):
         started = time.monotonic()
-        attempt = sem.attempt(wait=wait)
+        try:
+            attempt = sem.attempt(wait=wait)
+        except BackendUnavailable:
+            # Leaving the line outlasted its allowance (bounded.LEAVING): on a starved machine the call
+            # then ends at its deadline as an outage, as documented. When it ended is what is measured.
+            attempt = None
         overruns.append(time.monotonic() - started - wait)
-        assert attempt.permit is None
+        assert attempt is None or attempt.permit is None
     overruns.sort()
     # The server's timer would end a BLPOP up to a second late (hz 1): the client's own deadline ends
     # it instead. Bounds far from both, so a busy machine's scheduling noise does not decide the test
     # (the benchmarks measure the lateness itself: README, "Waiting and fairness").
     assert overruns[len(overruns) // 2] < 0.05, [round(o, 4) for o in overruns]
     assert overruns[-1] < 0.25, [round(o, 4) for o in overruns]
-    status = sem.status()
-    assert status.used == 1 and status.waiting == 0
+    wait_until(lambda: sem.status().waiting == 0)  # a call cut off at its deadline leaves in the background
+    assert sem.status().used == 1
 
 
 def _attempt_into(sem: Semaphore, wait: float, result: list[tuple[Attempt, float]]) -> None:
