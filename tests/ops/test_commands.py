@@ -205,7 +205,10 @@ def test_release_a_key_of_a_keyed_semaphore() -> None:
     assert "[key bob]" in out
 
 
-def test_release_expired_reclaims_only_those() -> None:
+@pytest.mark.parametrize("decoding", [False, True])
+def test_release_expired_reclaims_only_those(decoding: bool, redis_server, settings) -> None:
+    if decoding:  # a connection whose replies are str, as a site's own client may be set up
+        settings.SEMAPHORE_CONNECTION = f"{redis_server.url}?decode_responses=True"
     sem = get_semaphore("weighted")
     kept = sem.acquire(auto_renew=False)
     stale = sem.acquire(lease=0.05, auto_renew=False)
