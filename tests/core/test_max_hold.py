@@ -48,7 +48,9 @@ def test_a_renewed_permit_is_lost_at_its_max_hold_and_comes_back() -> None:
         semaphore_lost.disconnect(receiver)
     assert 0.9 <= held_for < 2.0
     assert reasons == ["max_hold"]
-    assert sem.acquire(auto_renew=False) is not None  # it came back
+    # It comes back: the holder counts it lost a little before the server's clock reaches the max hold
+    # (its estimate errs early), so on a busy machine the server may still hold it for a moment.
+    wait_until(lambda: sem.acquire(auto_renew=False) is not None, timeout=2)
     assert sem.status().counters["max_hold"] == 1
 
 
