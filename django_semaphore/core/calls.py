@@ -415,7 +415,16 @@ def holder_metadata(label: str | None, extra: dict[str, Any] | None) -> bytes:
     """Host, pid, label and the caller's own fields, as JSON that is always whole."""
     if not extra:
         return _plain_metadata(label, os.getpid())
-    return _metadata(label, extra)
+    try:
+        return _text_metadata(label, tuple(extra.items()), os.getpid())
+    except TypeError:  # a value that cannot be a cache key (a list, a dict): encoded each time
+        return _metadata(label, extra)
+
+
+@lru_cache(maxsize=256)
+def _text_metadata(label: str | None, extra: tuple[tuple[Any, Any], ...], pid: int) -> bytes:
+    """A request's fields (its method and path) come back with every request to a URL: encoded once each."""
+    return _metadata(label, dict(extra))
 
 
 @lru_cache(maxsize=256)
