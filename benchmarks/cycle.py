@@ -108,11 +108,15 @@ def cpu_per_cycle(operation: Callable[[], object], count: int) -> float:
     return (time.process_time() - started) / count * 1e6
 
 
-def client_cpu(cases: dict[str, Callable[[], object]], tag: str, repeats: int, count: int = 2000) -> dict[str, float]:
-    """Our CPU per cycle over redis-py ``Lock``'s: the median of rounds taken in turns."""
+def client_cpu(cases: dict[str, Callable[[], object]], tag: str, repeats: int, count: int = 500) -> dict[str, float]:
+    """Our CPU per cycle over redis-py ``Lock``'s: the median of many short rounds taken in turns.
+
+    A process's CPU time moves with its neighbours' (caches, the other
+    hyperthread), so the rounds are short and many, each pair side by side.
+    """
     ours: list[float] = []
     lock: list[float] = []
-    for _ in range(max(repeats, 3)):
+    for _ in range(max(repeats * 4, 12)):
         ours.append(cpu_per_cycle(cases["ours"], count))
         lock.append(cpu_per_cycle(cases["redis_py_lock"], count))
     return {
