@@ -156,6 +156,16 @@ class Background:
         with self._wakeup:
             return len(self._pending)
 
+    def drop_pending(self) -> None:
+        """Forget every clean-up still waiting (for tests: one left for a server a test stopped is not the next's).
+
+        Each runs on its own call's client, so one for a server that is gone
+        retries until its lease would have ended; a test that waits for
+        ``pending()`` to reach 0 must not wait for another test's.
+        """
+        with self._wakeup:
+            self._pending.clear()
+
     # -- the thread -------------------------------------------------------
 
     def _ensure_thread(self) -> None:
