@@ -147,16 +147,18 @@ class Permit:
             raise
         return self._released(reply)
 
-    def release_in_background(self) -> None:
+    def release_in_background(self, *, soon: bool = False) -> None:
         """Give the permit back from the background thread, retried until Redis answers; return at once.
 
         For a caller that must not wait on Redis (a request whose earlier
-        call timed out: a hung server would cost it another timeout).
+        call timed out: a hung server would cost it another timeout), which
+        the thread tries again after a pause; ``soon``: at once (nothing
+        suggests Redis is in trouble, the caller only cannot do I/O itself).
         """
         if self.released:
             return
         self._start_release()
-        self._settle_later()
+        self._settle_later(soon=soon)
 
     def next_renewal(self) -> float:
         """When the background renewal should next extend this lease (monotonic clock)."""
@@ -274,12 +276,12 @@ class Permit:
         self._releasing = True
         renewer.forget(self)
 
-    def _settle_later(self) -> None:
+    def _settle_later(self, *, soon: bool = False) -> None:
         """The release's outcome is unknown (an outage, an interruption): give the permit back once Redis answers."""
         self.released = True
         self._unconfirmed = True
         call = self._calls.release(self.token, fence=self.fence)
-        renewer.reconcile(call, within=self.lease, on_reply=self._report_change, client=self._client)
+        renewer.reconcile(call, within=self.lease, on_reply=self._report_change, client=self._client, soon=soon)
 
     def _keys_lost(self, found: Any, sent: float) -> bool:
         """Report keys a script found gone (core/vanished.py); True if they took this permit's live lease.

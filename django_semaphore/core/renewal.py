@@ -132,23 +132,28 @@ class Background:
         within: float,
         on_reply: Callable[[Any], object] | None = None,
         client: SyncClient | None = None,
+        *,
+        soon: bool = False,
     ) -> None:
         """Run ``call`` once Redis answers, retrying for at most ``within`` seconds; then ``on_reply(reply)``.
 
         It runs on ``client``, the call's own; without one, on the client the settings name now, while
         the call is being cleaned up: never on whatever they name when the thread gets to it (a
         test's settings restored meanwhile, a site reconfigured), which may be another server.
+        The first try comes after a pause (the call failed: Redis may be in trouble), or at once
+        with ``soon``.
         """
         if client is None:
             client = _current_client()
         now = time.monotonic()
+        first_try = now if soon else now + RETRY_AFTER_ERROR
         with self._wakeup:
             if len(self._pending) >= MAX_PENDING:
                 dropped = self._pending.popleft()
                 logger.warning("Too many unsettled calls; dropping %s (its lease or heartbeat ends it)", dropped.call)
-            self._pending.append(Settlement(call, now + within, now + RETRY_AFTER_ERROR, on_reply, client))
+            self._pending.append(Settlement(call, now + within, first_try, on_reply, client))
             self._ensure_thread()
-            if now + RETRY_AFTER_ERROR < self._asleep_until:
+            if first_try < self._asleep_until:
                 self._wakeup.notify()
 
     def pending(self) -> int:
