@@ -79,6 +79,16 @@ def test_a_response_nobody_closes_gives_its_permit_back_when_dropped(settings) -
     wait_until(lambda: renewer.pending() == 0, timeout=5)
 
 
+def test_a_response_a_later_middleware_replaces_gives_its_permit_back(client: Client, settings) -> None:
+    declare(settings)
+    settings.MIDDLEWARE = ["django.middleware.http.ConditionalGetMiddleware", *settings.MIDDLEWARE]
+    etag = client.get("/surface/guarded/")["ETag"]
+    assert used() == 0
+    # A 304 made from the view's response: the server closes the 304, never the response that held the permit.
+    assert client.get("/surface/guarded/", HTTP_IF_NONE_MATCH=etag).status_code == 304
+    wait_until(lambda: used() == 0, timeout=5)
+
+
 def test_a_stream_still_holds_its_permit_until_it_ends(client: Client, settings) -> None:
     declare(settings)
     response = client.get("/surface/streaming/")
