@@ -10,14 +10,20 @@ before its first renewal anyway); the default, with it on, is shown too.
 
 Everything runs twice: with redis-py's own (pure Python) reply parser and,
 when it is installed, with hiredis (C), since the parser is a large share of
-what a client pays per call. Then the server's own time per operation
-(INFO commandstats, microseconds of CPU per call) for an acquire, a release
-and, for scale, redis-py's ``SET NX PX``.
+what a client pays per call. Beside the rates, this process's CPU per cycle
+(``time.process_time``: the client library and everything above it, the
+kernel's side of the socket included), ours over redis-py ``Lock``'s, taken in
+turns the same way. Then the server's own time per operation (INFO
+commandstats, microseconds of CPU per call) for an acquire, a release and, for
+scale, redis-py's ``SET NX PX``; and per whole cycle, one at a time, ours and
+the ``Lock``'s (its ``SET NX PX`` and its release script): 1e6 over it is how
+many cycles one Redis core could serve.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -94,6 +100,62 @@ def _ratios(rates: dict[str, list[float]], tag: str) -> dict[str, float]:
     return ratio
 
 
+def cpu_per_cycle(operation: Callable[[], object], count: int) -> float:
+    """Microseconds of this process's CPU per call of ``operation``, over ``count`` calls."""
+    started = time.process_time()
+    for _ in range(count):
+        operation()
+    return (time.process_time() - started) / count * 1e6
+
+
+def client_cpu(cases: dict[str, Callable[[], object]], tag: str, repeats: int, count: int = 500) -> dict[str, float]:
+    """Our CPU per cycle over redis-py ``Lock``'s: the median of many short rounds taken in turns.
+
+    A process's CPU time moves with its neighbours' (caches, the other
+    hyperthread), so the rounds are short and many, each pair side by side.
+    """
+    ours: list[float] = []
+    lock: list[float] = []
+    for _ in range(max(repeats * 4, 12)):
+        ours.append(cpu_per_cycle(cases["ours"], count))
+        lock.append(cpu_per_cycle(cases["redis_py_lock"], count))
+    return {
+        f"cycle{tag}_client_cpu_ratio_vs_redis_py_lock": median_ratio(ours, lock),
+        f"cycle{tag}_client_cpu_us": statistics.median(ours),
+        f"cycle{tag}_redis_py_lock_client_cpu_us": statistics.median(lock),
+    }
+
+
+def _usec(client: redis.Redis, *commands: str) -> float:
+    """Total microseconds the server spent in ``commands`` since the last CONFIG RESETSTAT."""
+    stats = client.info("commandstats")
+    return sum(stats.get(f"cmdstat_{command}", {}).get("usec", 0) for command in commands)
+
+
+def server_cycles(bench: Bench, semaphore: Any, count: int = 500) -> dict[str, float]:
+    """Server microseconds per whole cycle, one at a time (in situ): ours, and redis-py ``Lock``'s."""
+    client = bench.client
+    client.config_resetstat()
+    for _ in range(count):
+        semaphore.acquire(wait=0, auto_renew=False).release()
+    ours = _usec(client, "fcall", "evalsha", "eval") / count
+    lock = client.lock(f"{bench.prefix}server-lock", timeout=10)
+    lock.acquire(blocking=False)  # its release script loaded before the count starts
+    lock.release()
+    client.config_resetstat()
+    for _ in range(count):
+        lock.acquire(blocking=False)
+        lock.release()
+    theirs = _usec(client, "set", "evalsha") / count
+    return {
+        "server_us_cycle": ours,
+        "server_us_lock_cycle": theirs,
+        "server_us_cycle_ratio_vs_lock": ours / theirs,
+        "redis_core_cycles_per_s": 1e6 / ours,
+        "redis_core_lock_cycles_per_s": 1e6 / theirs,
+    }
+
+
 def server_us(bench: Bench, semaphore: Any, count: int = 500) -> dict[str, float]:
     """Microseconds of server CPU per acquire, per release, and per ``SET NX PX``."""
     client = bench.client
@@ -124,9 +186,12 @@ def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
         client = _client(bench.url, hiredis)
         with override_settings(SEMAPHORE_CONNECTION=lambda client=client: client):
             semaphore = get_semaphore("cycle")
-            rates = interleaved_rates(_cases(semaphore, client, bench.prefix), seconds, repeats)
+            cases = _cases(semaphore, client, bench.prefix)
+            rates = interleaved_rates(cases, seconds, repeats)
             results.update(_ratios(rates, tag))
+            results.update(client_cpu(cases, tag, repeats))
             if not hiredis:
                 results.update(server_us(bench, semaphore))
+                results.update(server_cycles(bench, semaphore))
         client.close()
     return results

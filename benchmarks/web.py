@@ -5,9 +5,11 @@ request at a time, so 1/rate is what a request costs it, and the difference
 between a guarded and the bare view is what the guard adds (its acquire and
 release, and the Django layer around them), to be compared with one PING
 round trip. The view is guarded twice over: by ``@semaphore``, and by a
-middleware rule. The load comes from this process (``http.client``, so nothing
-to install); its own cost is the same for every view, and cancels out in the
-difference. ``--wrk`` drives it with wrk instead, if installed.
+middleware rule; and a third time by hand, its body inside a redis-py ``Lock``
+acquire and release: each guard's added time over the ``Lock``'s is the
+figure that does not move with the network (``*_added_vs_lock``). The load
+comes from this process (``http.client``, so nothing to install); its own
+cost is the same for every view, and cancels out in the difference. ``--wrk`` drives it with wrk instead, if installed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from django_semaphore.testing import free_port, stop_process
 from .runtime import Bench, ping_rtt
 
 ROOT = Path(__file__).resolve().parent.parent
-VIEWS = ("bare", "decorated", "ruled")
+VIEWS = ("bare", "decorated", "ruled", "locked")
 
 
 def keep_alive_rate(port: int, path: str, seconds: float) -> float:
@@ -109,5 +111,9 @@ def run(bench: Bench, seconds: float, repeats: int, wrk: bool = False) -> dict[s
         "middleware_added_ms": added("ruled") * 1000,
         "decorator_added_rtt": added("decorated") / rtt,
         "middleware_added_rtt": added("ruled") / rtt,
+        "web_locked_rps": statistics.median(rates["locked"]),
+        "lock_added_ms": added("locked") * 1000,
+        "decorator_added_vs_lock": added("decorated") / added("locked"),
+        "middleware_added_vs_lock": added("ruled") / added("locked"),
         "ping_rtt_ms": rtt * 1000,
     }

@@ -17,6 +17,7 @@ from django.conf import settings
 
 from django_semaphore import signals
 from django_semaphore.core.outages import outage_log
+from django_semaphore.core.renewal import renewer
 from django_semaphore.testing import RedisServer, ServerNotFound, find_binary
 
 from .support import modes
@@ -51,6 +52,14 @@ def no_outage_carried_over() -> Iterator[None]:
     outage_log.reset()
     yield
     outage_log.reset()
+
+
+@pytest.fixture(autouse=True)
+def no_clean_ups_carried_over() -> Iterator[None]:
+    """Each test starts with no clean-up waiting: one pinned to a server an earlier test stopped is not its own."""
+    renewer.drop_pending()
+    yield
+    renewer.drop_pending()
 
 
 @pytest.fixture

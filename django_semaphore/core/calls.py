@@ -191,10 +191,12 @@ class AcquireOptions:
         identity = self.identity
         if identity is not None and not isinstance(identity, str):
             raise TypeError(f"identity must be a string, not {type(identity).__name__}.")
+        # One draw of 192 random bits: 128 for the token, 64 for the nonce (one system call, not two).
+        drawn = secrets.token_hex(24)
         return AcquireRequest(
             calls=calls,
-            token=identity_token(identity) if identity is not None else new_token(),
-            nonce=new_nonce(),
+            token=identity_token(identity) if identity is not None else drawn[:32],
+            nonce=drawn[32:],
             weight=weight,
             lease_ms=max(int(lease * 1000), 1),
             hold_ms=hold_ms,
@@ -380,16 +382,6 @@ METADATA_LIMIT = 2000
 ELLIPSIS = "…"
 
 
-def new_token() -> str:
-    """A holder token nobody can guess: 128 random bits."""
-    return secrets.token_hex(16)
-
-
-def new_nonce() -> str:
-    """The mark one acquire call leaves on its grant, so its clean-up gives back only that grant."""
-    return secrets.token_hex(8)
-
-
 def identity_token(identity: str) -> str:
     """A holder token derived from the identity, keyed with SECRET_KEY.
 
@@ -423,7 +415,16 @@ def holder_metadata(label: str | None, extra: dict[str, Any] | None) -> bytes:
     """Host, pid, label and the caller's own fields, as JSON that is always whole."""
     if not extra:
         return _plain_metadata(label, os.getpid())
-    return _metadata(label, extra)
+    try:
+        return _text_metadata(label, tuple(extra.items()), os.getpid())
+    except TypeError:  # a value that cannot be a cache key (a list, a dict): encoded each time
+        return _metadata(label, extra)
+
+
+@lru_cache(maxsize=256)
+def _text_metadata(label: str | None, extra: tuple[tuple[Any, Any], ...], pid: int) -> bytes:
+    """A request's fields (its method and path) come back with every request to a URL: encoded once each."""
+    return _metadata(label, dict(extra))
 
 
 @lru_cache(maxsize=256)

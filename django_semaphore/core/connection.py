@@ -34,9 +34,10 @@ import inspect
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import redis
@@ -354,27 +355,42 @@ def built_in_client(cache: Any) -> redis.Redis:
 # -- outages ------------------------------------------------------------------------------------------
 
 
-@contextmanager
-def translated(name: str, partition: str | None) -> Iterator[None]:
+class translated:  # lower case: used as the function it was, ``with translated(name, partition):``
     """Turn an outage of Redis into ``BackendUnavailable`` (and the signal); let bugs through.
 
     A call Redis answered ends an outage this process is logging (core/outages.py).
+    A class rather than a generator-based context manager: every acquire and
+    release runs inside one.
     """
-    try:
-        yield
-    except RedisError as exc:
-        if not errors.is_outage(exc):
-            raise  # a bug (a wrong command, a script error), not the server's state
-        signals.emit(signals.semaphore_backend_error, name=name, partition=partition, error=exc)
+
+    __slots__ = ("name", "partition")
+
+    def __init__(self, name: str, partition: str | None) -> None:
+        self.name = name
+        self.partition = partition
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is None:
+            outage_log.answered()
+            return
+        if not isinstance(error, RedisError) or not errors.is_outage(error):
+            return  # a bug (a wrong command, a script error), not the server's state: raised as it is
+        name, partition = self.name, self.partition
+        signals.emit(signals.semaphore_backend_error, name=name, partition=partition, error=error)
         raise BackendUnavailable(
-            f"Redis unavailable for semaphore {name!r}: {errors.reason(exc)}", name=name, partition=partition
-        ) from exc
-    outage_log.answered()
+            f"Redis unavailable for semaphore {name!r}: {errors.reason(error)}", name=name, partition=partition
+        ) from error
 
 
-def run(call: ScriptCall, name: str, partition: str | None) -> Any:
+def run(call: ScriptCall, name: str, partition: str | None, client: SyncClient | None = None) -> Any:
+    """Run ``call`` on ``client`` (a permit's: the one it was acquired with), or on ``get_client()``."""
     with translated(name, partition):
-        return scripts.run(get_client(), call)
+        return scripts.run(get_client() if client is None else client, call)
 
 
 async def arun(call: ScriptCall, name: str, partition: str | None) -> Any:

@@ -159,14 +159,14 @@ def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.mono
         sent = clock()
         reply = AcquireReply.parse((yield Acquire(deadline - sent)), sent)
         lost = lost or reply.vanished
-    reply = replace(reply, vanished=lost)
-    if reply.code == QUEUED:
-        reply = replace(reply, code=FULL)
-    elif reply.code == TOO_LATE:
+    code = reply.code
+    if code == QUEUED:
+        code = FULL
+    elif code == TOO_LATE:
         # Redis ran this call after its caller gave up on it: refused. A first attempt that the
         # client library retried may have run in time, though: give back what it was granted.
         yield LEAVE
-    return replace(reply, waited=clock() - started)
+    return reply.finished(clock() - started, lost, code)
 
 
 # -- the drivers ---------------------------------------------------------------------------------

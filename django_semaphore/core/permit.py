@@ -11,6 +11,7 @@ from typing import Any
 from . import connection, signals, vanished
 from .adaptive import release_reply
 from .calls import Calls
+from .clients import SyncClient
 from .conf import MAX_SECONDS
 from .renewal import renewer
 from .replies import RenewReply, SemaphoreStatus
@@ -51,6 +52,7 @@ class Permit:
         lease_deadline_ms: int,
         expires_at: float,
         on_lost: Callable[[Permit], Any] | None = None,
+        client: SyncClient | None = None,
     ) -> None:
         self.name = name
         self.partition = partition
@@ -68,6 +70,10 @@ class Permit:
         # The lease reached the max hold: no renewal extends it any more.
         self.final = False
         self._calls = calls
+        # The sync client the permit was granted through (None: the settings' at the time of the call).
+        # Its release, renewals and clean-ups use it: no settings lookup per call, and a background
+        # renewal never follows the settings to another server (a test's, a reconfigured site's).
+        self._client = client
         # Set before the release script runs, so a renewal racing with it
         # (and finding the token gone) is not mistaken for a lost lease.
         self._releasing = False
@@ -103,7 +109,7 @@ class Permit:
             return False
         lease_ms = self._lease_ms(lease)
         sent = time.monotonic()
-        reply = connection.run(self._calls.renew(self.token, lease_ms), self.name, self.partition)
+        reply = connection.run(self._calls.renew(self.token, lease_ms), self.name, self.partition, self._client)
         return self._renewed(RenewReply.parse(reply), sent, lease_ms)
 
     async def arenew(self, lease: float | None = None) -> bool:
@@ -124,7 +130,7 @@ class Permit:
             return False
         self._start_release()
         try:
-            reply = connection.run(self._calls.release(self.token), self.name, self.partition)
+            reply = connection.run(self._calls.release(self.token), self.name, self.partition, self._client)
         except BaseException:
             self._settle_later()
             raise
@@ -141,16 +147,18 @@ class Permit:
             raise
         return self._released(reply)
 
-    def release_in_background(self) -> None:
+    def release_in_background(self, *, soon: bool = False) -> None:
         """Give the permit back from the background thread, retried until Redis answers; return at once.
 
         For a caller that must not wait on Redis (a request whose earlier
-        call timed out: a hung server would cost it another timeout).
+        call timed out: a hung server would cost it another timeout), which
+        the thread tries again after a pause; ``soon``: at once (nothing
+        suggests Redis is in trouble, the caller only cannot do I/O itself).
         """
         if self.released:
             return
         self._start_release()
-        self._settle_later()
+        self._settle_later(soon=soon)
 
     def next_renewal(self) -> float:
         """When the background renewal should next extend this lease (monotonic clock)."""
@@ -204,7 +212,8 @@ class Permit:
         if not self.held:
             return False
         sent = time.monotonic()
-        reply = connection.run(self._calls.renew(self.token, self._extended_ms(seconds)), self.name, self.partition)
+        call = self._calls.renew(self.token, self._extended_ms(seconds))
+        reply = connection.run(call, self.name, self.partition, self._client)
         return self._renewed(RenewReply.parse(reply), sent, round(self.lease * 1000))
 
     async def aextend(self, seconds: float) -> bool:
@@ -245,7 +254,7 @@ class Permit:
         renewer.forget(self)
 
     def _status(self, listed: int) -> SemaphoreStatus:
-        reply = connection.run(self._calls.status(listed, False), self.name, self.partition)
+        reply = connection.run(self._calls.status(listed, False), self.name, self.partition, self._client)
         vanished.report_status(self.name, self.partition, reply)
         return SemaphoreStatus.parse(self.name, self.partition, 0, reply)
 
@@ -267,12 +276,12 @@ class Permit:
         self._releasing = True
         renewer.forget(self)
 
-    def _settle_later(self) -> None:
+    def _settle_later(self, *, soon: bool = False) -> None:
         """The release's outcome is unknown (an outage, an interruption): give the permit back once Redis answers."""
         self.released = True
         self._unconfirmed = True
         call = self._calls.release(self.token, fence=self.fence)
-        renewer.reconcile(call, within=self.lease, on_reply=self._report_change)
+        renewer.reconcile(call, within=self.lease, on_reply=self._report_change, client=self._client, soon=soon)
 
     def _keys_lost(self, found: Any, sent: float) -> bool:
         """Report keys a script found gone (core/vanished.py); True if they took this permit's live lease.
@@ -295,7 +304,7 @@ class Permit:
 
     def _report_change(self, reply: Any) -> bool:
         """Signal a limit change this release made, and keys it found gone; whether the lease was held."""
-        if isinstance(reply, (list, tuple)) and len(reply) > 4:
+        if isinstance(reply, (list, tuple)) and len(reply) > 4 and reply[4]:
             self._keys_lost(reply[4], time.monotonic())
         was_held, change = release_reply(reply)
         if change is not None:
@@ -314,6 +323,8 @@ class Permit:
     def _released(self, reply: Any) -> bool:
         self.released = True
         was_held = self._report_change(reply)
+        if not signals.listened(signals.semaphore_released):
+            return was_held
         signals.emit(
             signals.semaphore_released,
             name=self.name,

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from . import scripts
 from .calls import ScriptCall
+from .clients import SyncClient
 from .connection import get_client
 from .errors import BackendUnavailable, is_outage
 from .outages import RENEWAL, outage_log
@@ -77,6 +78,8 @@ class Settlement:
     next_try: float
     # What to do with the reply once it comes (a release's: report a limit change it made).
     on_reply: Callable[[Any], object] | None = None
+    # The sync client of the call it cleans up after (None: the settings' when it runs).
+    client: SyncClient | None = None
 
 
 class Background:
@@ -123,22 +126,50 @@ class Background:
 
     # -- reconciliation ---------------------------------------------------
 
-    def reconcile(self, call: ScriptCall, within: float, on_reply: Callable[[Any], object] | None = None) -> None:
-        """Run ``call`` once Redis answers, retrying for at most ``within`` seconds; then ``on_reply(reply)``."""
+    def reconcile(
+        self,
+        call: ScriptCall,
+        within: float,
+        on_reply: Callable[[Any], object] | None = None,
+        client: SyncClient | None = None,
+        *,
+        soon: bool = False,
+    ) -> None:
+        """Run ``call`` once Redis answers, retrying for at most ``within`` seconds; then ``on_reply(reply)``.
+
+        It runs on ``client``, the call's own; without one, on the client the settings name now, while
+        the call is being cleaned up: never on whatever they name when the thread gets to it (a
+        test's settings restored meanwhile, a site reconfigured), which may be another server.
+        The first try comes after a pause (the call failed: Redis may be in trouble), or at once
+        with ``soon``.
+        """
+        if client is None:
+            client = _current_client()
         now = time.monotonic()
+        first_try = now if soon else now + RETRY_AFTER_ERROR
         with self._wakeup:
             if len(self._pending) >= MAX_PENDING:
                 dropped = self._pending.popleft()
                 logger.warning("Too many unsettled calls; dropping %s (its lease or heartbeat ends it)", dropped.call)
-            self._pending.append(Settlement(call, now + within, now + RETRY_AFTER_ERROR, on_reply))
+            self._pending.append(Settlement(call, now + within, first_try, on_reply, client))
             self._ensure_thread()
-            if now + RETRY_AFTER_ERROR < self._asleep_until:
+            if first_try < self._asleep_until:
                 self._wakeup.notify()
 
     def pending(self) -> int:
         """Clean-ups still waiting for Redis (for tests and metrics)."""
         with self._wakeup:
             return len(self._pending)
+
+    def drop_pending(self) -> None:
+        """Forget every clean-up still waiting (for tests: one left for a server a test stopped is not the next's).
+
+        Each runs on its own call's client, so one for a server that is gone
+        retries until its lease would have ended; a test that waits for
+        ``pending()`` to reach 0 must not wait for another test's.
+        """
+        with self._wakeup:
+            self._pending.clear()
 
     # -- the thread -------------------------------------------------------
 
@@ -195,7 +226,7 @@ class Background:
             if now > job.give_up_at:
                 continue
             try:
-                reply = scripts.run(get_client(), job.call)
+                reply = scripts.run(get_client() if job.client is None else job.client, job.call)
                 if job.on_reply is not None:
                     job.on_reply(reply)
             except Exception as exc:
@@ -207,6 +238,15 @@ class Background:
                     for waiting in self._pending:
                         waiting.next_try = now + RETRY_AFTER_ERROR
                 return
+
+
+def _current_client() -> SyncClient | None:
+    """The settings' sync client now; None if they name none (the clean-up then asks again when it runs)."""
+    try:
+        client: SyncClient = get_client()
+    except Exception:  # a clean-up is queued from error paths: a bad setting must not mask their error
+        return None
+    return client
 
 
 renewer = Background()

@@ -47,6 +47,28 @@ class AcquireReply:
     # The call found the partition without keys (new, evicted or expired): see core/registry.py.
     fresh: bool = False
 
+    def finished(self, waited: float, vanished: str, code: int | None = None) -> AcquireReply:
+        """This reply as the call ends with it: how long it waited, every key loss it saw, its final code.
+
+        ``dataclasses.replace`` would do, at several times the cost, on every acquire.
+        """
+        return AcquireReply(
+            self.code if code is None else code,
+            self.fence,
+            self.lease_deadline_ms,
+            self.used,
+            self.limit,
+            self.waiting,
+            self.position,
+            self.nearest_expiry_ms,
+            self.expected_free_ms,
+            self.now_ms,
+            waited,
+            self.sent_at,
+            vanished,
+            self.fresh,
+        )
+
     @classmethod
     def parse(cls, reply: list[Any], sent_at: float) -> AcquireReply:
         # A grant's reply ends with `fresh` after now_ms: the rest only matters to a caller turned away or

@@ -27,7 +27,7 @@ from .calls import (
     akeyword_options,
     keyword_options,
 )
-from .clients import AsyncClient
+from .clients import AsyncClient, SyncClient
 from .conf import SemaphoreConfig, config_for, declared
 from .connection import aclient, get_client, translated
 from .errors import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit, WeightMismatch
@@ -163,7 +163,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             if confirm is not None and confirm.short(reply):
                 scripts.run(client, request.release_call())
                 raise replicas.unconfirmed(self.name, self.partition, confirm)
-        return self._finish(request, reply, recording, options)
+        return self._finish(request, reply, recording, options, client)
 
     async def _aattempt(self, options: AcquireOptions) -> Attempt:
         """``_attempt`` on the asyncio client.
@@ -179,7 +179,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             client = await aclient()
             deadline = bounded.budget(client, request.wait)
             recording, reply = await bounded.by(deadline, self._aacquire(client, request, deadline))
-        return self._finish(request, reply, recording, options)
+        return self._finish(request, reply, recording, options, None)
 
     async def _aacquire(
         self, client: AsyncClient, request: AcquireRequest, deadline: Deadline
@@ -199,14 +199,23 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         return recording, reply
 
     def _finish(
-        self, request: AcquireRequest, reply: AcquireReply, recording: registry.Recording, options: AcquireOptions
+        self,
+        request: AcquireRequest,
+        reply: AcquireReply,
+        recording: registry.Recording,
+        options: AcquireOptions,
+        client: SyncClient | None,
     ) -> Attempt:
-        """The attempt a reply stands for: a permit (renewed, signalled) or why there is none; errors raised."""
+        """The attempt a reply stands for: a permit (renewed, signalled) or why there is none; errors raised.
+
+        ``client`` is the sync client the call used (None on the asyncio path): the permit keeps it, so
+        its release, renewals and clean-ups go where it was granted without asking the settings again.
+        """
         if self.partition is not None and self.key is not None and recording.must_record_again(reply.fresh):
             # A partition this process had recorded, found evicted by its acquire, goes back in the registry.
             registry.record_again(self.config, self.partition, self.key)
-        common: dict[str, Any] = {"name": self.name, "partition": self.partition}
-        vanished.report_reply(self.name, self.partition, reply.vanished)
+        if reply.vanished:
+            vanished.report_reply(self.name, self.partition, reply.vanished)
         if reply.code == TOO_HEAVY:
             raise WeightAboveLimit(f"Asked {request.weight} permits of {self.name!r}, whose limit is {reply.limit}.")
         if reply.code == OTHER_WEIGHT:
@@ -215,6 +224,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
                 f"than {request.weight}; release it first."
             )
         if reply.code == TOO_LATE:
+            common: dict[str, Any] = {"name": self.name, "partition": self.partition}
             error = BackendUnavailable(
                 f"Redis ran the acquire of semaphore {self.name!r} after its caller had given up on it.", **common
             )
@@ -228,10 +238,16 @@ class Semaphore(OperatorActions, PartitionBrowsing):
                 waited=reply.waited,
                 used=reply.used,
                 limit=reply.limit,
-                **common,
+                name=self.name,
+                partition=self.partition,
             )
             return Attempt(None, reply.used, reply.limit, reply.waiting, retry, reply.waited)
+        renewed = options.renewed(self.config)
+        if client is None and renewed:
+            # The renewal thread runs on the sync client: the one of the settings the call was made under.
+            client = get_client()
         permit = Permit(
+            client=client,
             name=self.name,
             partition=self.partition,
             calls=self.calls,
@@ -243,17 +259,19 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             expires_at=reply.expires_at,
             on_lost=options.on_lost,
         )
-        if options.renewed(self.config):
+        if renewed:
             # A permit handed over on a short claim is renewed at once: its caller holds it already.
             renewer.track(permit)
-        signals.emit(
-            signals.semaphore_acquired,
-            token=request.token,
-            fence=reply.fence,
-            weight=request.weight,
-            waited=reply.waited,
-            **common,
-        )
+        if signals.listened(signals.semaphore_acquired):
+            signals.emit(
+                signals.semaphore_acquired,
+                token=request.token,
+                fence=reply.fence,
+                weight=request.weight,
+                waited=reply.waited,
+                name=self.name,
+                partition=self.partition,
+            )
         return Attempt(permit, reply.used, reply.limit, reply.waiting, 0, reply.waited)
 
     # -- with / async with (the stack of entered permits: core/entered.py) -----------------------

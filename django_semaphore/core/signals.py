@@ -46,8 +46,17 @@ def emit(signal: Signal, *, name: str, **kwargs: Any) -> None:
 
     Receivers feed metrics; one that raises must not cost the caller a
     permit the server already granted (nor leave it held with nobody to
-    release it).
+    release it). A signal nobody listens to is not sent at all (Django's
+    own early return comes after a lock and a lookup), which the callers
+    also use to skip gathering its arguments (``listened``).
     """
+    if not signal.receivers:
+        return
     for receiver, result in signal.send_robust(sender=name, name=name, **kwargs):
         if isinstance(result, Exception):
             logger.error("Receiver %r of %s failed", receiver, signal, exc_info=result)
+
+
+def listened(signal: Signal) -> bool:
+    """Whether anyone might receive ``signal``: its arguments are worth gathering."""
+    return bool(signal.receivers)

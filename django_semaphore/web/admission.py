@@ -144,6 +144,12 @@ class Admission:
     async def arelease(self) -> None:
         self.hung.note(await agive_back(self._leaving()))
 
+    def release_in_background(self) -> None:
+        """Give the permit back from the background thread at once (idempotent), without waiting for Redis."""
+        if self.permit is not None and not self._released:
+            self._released = True
+            self.permit.release_in_background(soon=True)
+
     def _leaving(self) -> Permit | None:
         """The permit to give back now, once; None when there is none, or it goes from the background.
 

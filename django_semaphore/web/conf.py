@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 
 WEB_DEFAULTS: dict[str, Any] = {
     # Requests (the decorator and the middleware): a short lease, renewed while the request lives,
@@ -28,6 +29,22 @@ WEB_DEFAULTS: dict[str, Any] = {
 }
 
 
+# The settings as last read: asked for on every request, read again when a setting changes. A setting a
+# project leaves out costs Django's lookup an exception each time it is asked for.
+_read: dict[str, Any] = {}
+
+
 def web_setting(name: str) -> Any:
     """One of the request path's ``SEMAPHORE_*`` settings, or its default."""
-    return getattr(settings, name, WEB_DEFAULTS[name])
+    try:
+        return _read[name]
+    except KeyError:
+        value = _read[name] = getattr(settings, name, WEB_DEFAULTS[name])
+        return value
+
+
+def _forget(**kwargs: Any) -> None:
+    _read.clear()
+
+
+setting_changed.connect(_forget, dispatch_uid="django_semaphore.web.conf")

@@ -1,9 +1,15 @@
 """A guarded request's permits held until its response is complete, and given back on every way out.
 
-A plain response is complete when the view returns; a streaming one when it
-has been sent and closed (``hold_until_closed``). Whatever raises on the way
-(a view, a key function, a signal receiver, a cancellation) gives back what
-was taken (``ReleasedOnError``).
+On the sync path a response is complete when the server has sent it and
+closed it (``hold_until_closed``): the release's round trip then runs after
+the client has its answer, not before. A streaming response is sent while
+its content runs, so it holds its permits until then too. On the asyncio path
+a plain response is complete when the view returns (its release is awaited on
+the loop, with no thread hop; a stream keeps them until closed). Whatever
+raises on the way (a view, a key function, a signal receiver, a cancellation)
+gives back what was taken (``ReleasedOnError``); a response nobody closes
+gives them back when it is dropped (a view called directly, a response a
+later middleware replaced).
 """
 
 from __future__ import annotations
@@ -83,12 +89,27 @@ def _abandoned(admissions: Sequence[Admission]) -> None:
             renewer.forget(admission.permit)
 
 
+def _dropped(admissions: Sequence[Admission]) -> None:
+    """A plain response was dropped without being closed: its work is done, give its permits back.
+
+    From the background thread: a finaliser may run anywhere, on any thread
+    (even inside another release), and must not do I/O there.
+    """
+    for admission in admissions:
+        if admission.permit is not None and not admission.released:
+            admission.release_in_background()
+
+
 def finish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
-    """Release now, or when a streaming response is closed."""
-    if getattr(response, "streaming", False):
-        return hold_until_closed(response, admissions)
-    release_all(admissions)
-    return response
+    """Release when the server has sent the response and closed it (a dropped plain response: then).
+
+    Anything but a response (a view that returned None, which Django turns
+    into an error) has nothing a server would close: released now.
+    """
+    if not isinstance(response, HttpResponseBase):
+        release_all(admissions)
+        return response
+    return hold_until_closed(response, admissions)
 
 
 async def afinish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
@@ -137,15 +158,16 @@ def _until_lost(response: StreamingHttpResponse, permits: Sequence[Permit]) -> I
 
 
 def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
-    """Keep the permits until a streaming response has been sent and closed.
+    """Keep the permits until the response has been sent and closed.
 
-    A plain response is complete when the view returns, but a stream (a
-    ``StreamingHttpResponse``, a ``FileResponse``) does its work while it is
-    sent. Servers call ``response.close()`` when they are done with a response
+    Servers call ``response.close()`` when they are done with a response
     (WSGI and ASGI both, and so does the test client); wrapping it releases
-    the permits then, in reverse order. If nobody ever closes the response,
-    a finaliser stops renewing the permits so their leases end on their own
-    instead of being renewed forever.
+    the permits then, in reverse order: after the client has the response,
+    and, for a stream (a ``StreamingHttpResponse``, a ``FileResponse``, which
+    does its work while it is sent), after that work. If nobody ever closes a
+    stream, a finaliser stops renewing its permits so their leases end on
+    their own instead of being renewed forever; a plain response dropped
+    unclosed has done its work, and its permits go back from the background.
     """
     held = [admission for admission in admissions if admission.permit is not None]
     if not held:
@@ -162,5 +184,5 @@ def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission
             release_all(held)
 
     response.close = close_and_release  # type: ignore[method-assign]
-    weakref.finalize(response, _abandoned, held)
+    weakref.finalize(response, _abandoned if getattr(response, "streaming", False) else _dropped, held)
     return response

@@ -87,9 +87,9 @@ def test_a_change_made_by_a_release_whose_reply_was_lost_is_still_signalled(
     assert all(held)
     real_run = connection.run
 
-    def reply_lost(call: Any, name: str, partition: str | None) -> Any:
+    def reply_lost(call: Any, name: str, partition: str | None, client: Any = None) -> Any:
         with connection.translated(name, partition):
-            scripts.run(connection.get_client(), call)  # the script runs on the server...
+            scripts.run(client if client is not None else connection.get_client(), call)  # it runs on the server...
             raise redis.ConnectionError("Connection reset by peer")  # ...and its reply never arrives
 
     monkeypatch.setattr(connection, "run", reply_lost)

@@ -69,5 +69,8 @@ def test_harness_returns_one_json_object(redis_server, settings) -> None:
     results = run(["cycle"], TINY, TINY.processes, progress=lambda message: None)
     decoded = json.loads(json.dumps(results))
     assert decoded["cycle_ratio_vs_2ping"] > 0
+    assert decoded["cycle_client_cpu_ratio_vs_redis_py_lock"] > 0
+    assert decoded["server_us_lock_cycle"] > 0 and decoded["server_us_cycle"] > 0
+    assert decoded["redis_core_cycles_per_s"] > 0 and decoded["redis_core_lock_cycles_per_s"] > 0
     assert decoded["machine"]["nproc"] >= 1
     assert not [key for key in decoded if key.endswith("_error")]

@@ -62,6 +62,8 @@ def test_exactly_the_limit_succeeds_the_rest_get_503(live_server, settings) -> N
     codes = sorted(code for code, _ in results)
     assert codes == [200] * LIMIT + [503] * (PARALLEL - LIMIT)
     assert all(int(retry) >= 1 for code, retry in results if code == 503)
+    # Each permit goes back once the server has sent its response and closed it: just after the client has it.
+    wait_until(lambda: get_semaphore("gated").status().used == 0)
     after = get_semaphore("gated").status()
     assert after.used == 0 and after.holders == []
     assert after.counters["acquired"] == LIMIT and after.counters["rejected"] == PARALLEL - LIMIT

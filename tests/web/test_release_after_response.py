@@ -1,0 +1,208 @@
+"""A guarded request gives its permit back after its response is sent, and loses nothing doing so.
+
+The release's round trip runs once the server has sent the response and
+closed it (``response.close()``, which WSGI servers, ASGI servers and the test
+client all call), not before the client has its answer. What must still hold:
+the permit is held until then (a stream until it ends), a response nobody
+closes still gives it back, a worker killed between its response and the
+release leaves it to the request's lease, a release whose reply is lost is
+retried, and under load from several worker processes the count stays exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import http.client
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from django.test import Client, RequestFactory, override_settings
+
+from django_semaphore import get_semaphore
+from django_semaphore.core.renewal import renewer
+from django_semaphore.middleware import SemaphoreMiddleware
+
+from ..support import views
+from ..support.after_response_site import INSIDE, OVER
+from ..support.guards import declare
+from ..support.gunicorn import Gunicorn
+from ..support.polling import wait_until
+
+# Closing a response sends request_finished, whose receiver looks at the database connection.
+pytestmark = pytest.mark.django_db
+
+
+def used(name: str = "guarded") -> int:
+    return get_semaphore(name).status().used
+
+
+def test_the_permit_is_held_until_the_response_is_closed(settings) -> None:
+    declare(settings)
+    response = views.guarded(RequestFactory().get("/surface/guarded/"))
+    assert response.status_code == 200
+    assert used() == 1  # the view has returned; the server has not sent the response yet
+    response.close()
+    assert used() == 0
+    response.close()  # closed twice (a server and a wrapper): given back once
+    assert used() == 0
+
+
+def test_a_middleware_rule_holds_its_permit_until_the_response_is_closed(settings) -> None:
+    declare(settings)
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "guarded", "path": r"^/surface/plain/$"}]
+    middleware = SemaphoreMiddleware(lambda request: views.plain(request))
+    response = middleware(RequestFactory().get("/surface/plain/"))
+    assert response.status_code == 200 and used() == 1
+    response.close()
+    assert used() == 0
+
+
+def test_the_test_client_closes_the_response_so_the_permit_is_back(client: Client, settings) -> None:
+    declare(settings)
+    assert client.get("/surface/guarded/").json()["used"] == 1
+    assert used() == 0
+
+
+def test_a_response_nobody_closes_gives_its_permit_back_when_dropped(settings) -> None:
+    declare(settings)
+    response = views.guarded(RequestFactory().get("/surface/guarded/"))
+    assert used() == 1
+    del response
+    gc.collect()
+    wait_until(lambda: used() == 0, timeout=5)
+    wait_until(lambda: renewer.pending() == 0, timeout=5)
+
+
+def test_a_response_a_later_middleware_replaces_gives_its_permit_back(client: Client, settings) -> None:
+    declare(settings)
+    settings.MIDDLEWARE = ["django.middleware.http.ConditionalGetMiddleware", *settings.MIDDLEWARE]
+    etag = client.get("/surface/guarded/")["ETag"]
+    assert used() == 0
+    # A 304 made from the view's response: the server closes the 304, never the response that held the permit.
+    assert client.get("/surface/guarded/", HTTP_IF_NONE_MATCH=etag).status_code == 304
+    wait_until(lambda: used() == 0, timeout=5)
+
+
+def test_a_stream_still_holds_its_permit_until_it_ends(client: Client, settings) -> None:
+    declare(settings)
+    response = client.get("/surface/streaming/")
+    assert used() == 1
+    assert b"".join(response.streaming_content) == b"one two three"  # type: ignore[attr-defined]
+    response.close()
+    assert used() == 0
+
+
+def test_the_async_path_gives_the_permit_back_too(async_client, settings) -> None:
+    declare(settings)
+
+    async def get() -> Any:
+        return await async_client.get("/surface/guarded-async/")
+
+    assert asyncio.run(get()).json()["used"] == 1
+    assert used() == 0
+
+
+class LosingReplies(redis.connection.Connection):
+    """A connection that loses the reply of the next release it sends, after Redis ran it."""
+
+    lose_next_release = False
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        sent = b"".join(command) if isinstance(command, list) else bytes(command)
+        self._losing = type(self).lose_next_release and b"release" in sent
+        super().send_packed_command(command, check_health)
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        reply = super().read_response(*args, **kwargs)
+        if getattr(self, "_losing", False):
+            type(self).lose_next_release = self._losing = False
+            self.disconnect()
+            raise redis.exceptions.ConnectionError("the release's reply was lost (test)")
+        return reply
+
+
+def test_a_release_whose_reply_is_lost_is_retried_and_the_count_stays_exact(
+    redis_server, settings, client: Client
+) -> None:
+    losing = redis.Redis(
+        connection_pool=redis.ConnectionPool.from_url(redis_server.url, connection_class=LosingReplies),
+        retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+    )
+    settings.SEMAPHORE_CONNECTION = lambda: losing
+    declare(settings, guarded={"limit": 2})
+    other = get_semaphore("guarded").acquire(auto_renew=False)
+    assert other is not None
+    LosingReplies.lose_next_release = True
+    assert client.get("/surface/guarded/").status_code == 200
+    assert not LosingReplies.lose_next_release  # the release ran, and its reply was lost
+    wait_until(lambda: renewer.pending() == 0, timeout=5)  # retried (with its fence: only that grant)
+    status = get_semaphore("guarded").status()
+    assert status.used == 1 and [holder.token for holder in status.holders] == [other.token]
+    other.release()
+    assert used() == 0
+
+
+def _get(port: int, path: str) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+@pytest.mark.processes
+def test_under_load_from_several_workers_the_count_stays_exact(redis_server, key_prefix: str) -> None:
+    site = Gunicorn(
+        "tests.support.after_response_settings", env={"SEMAPHORE_KEY_PREFIX": key_prefix}, workers=3, threads=1
+    )
+    statuses: list[int] = []
+    with site.start("/counted/"):
+        port = site.port
+        deadline = time.monotonic() + 4
+
+        def load(path: str) -> None:
+            while time.monotonic() < deadline:
+                statuses.append(_get(port, path))
+
+        threads = [threading.Thread(target=load, args=(path,)) for path in ("/counted/", "/ruled/") * 4]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    checker = redis.Redis.from_url(redis_server.url)
+    for name in ("counted", "ruled"):
+        assert int(checker.get(f"{key_prefix}{OVER}:{name}") or 0) == 0
+        assert int(checker.get(f"{key_prefix}{INSIDE}:{name}") or 0) == 0
+    assert statuses.count(200) > 50 and set(statuses) <= {200, 503}
+    with override_settings(SEMAPHORES={"counted": {"limit": 2}, "ruled": {"limit": 2}}):
+        for name in ("counted", "ruled"):
+            status = get_semaphore(name).status()
+            assert status.used == 0 and status.holder_count == 0, status
+
+
+@pytest.mark.processes
+def test_a_worker_killed_between_its_response_and_the_release_leaves_the_permit_to_the_lease(
+    redis_server, key_prefix: str
+) -> None:
+    site = Gunicorn(
+        "tests.support.after_response_settings", env={"SEMAPHORE_KEY_PREFIX": key_prefix}, workers=1, threads=4
+    )
+    with site.start("/counted/"), override_settings(SEMAPHORES={"slow-close": {"limit": 4}}):
+        assert _get(site.port, "/slow-close/") == 200  # the whole response came; its close has not ended
+        held = get_semaphore("slow-close")
+        wait_until(lambda: held.status().used == 1, timeout=5)
+        (worker,) = {holder.metadata["pid"] for holder in held.status().holders}
+        os.kill(worker, signal.SIGKILL)  # a process of our own gunicorn's, by its pid
+        killed_at = time.monotonic()
+        wait_until(lambda: held.status().used == 0, timeout=10)
+        back = time.monotonic() - killed_at
+    assert back <= 2 + 0.5  # SEMAPHORE_WEB_LEASE of that site
