@@ -211,3 +211,20 @@ def queue_all(sem: Semaphore, on: bool) -> RoomReply:
     """Every new visitor waits in line even when there is room (``on``), or no longer."""
     _room(sem)
     return _run(sem, f"queue_all {int(bool(on))}")
+
+
+def _ended(reply: Any) -> bool:
+    """release.lua's reply: 1 (or a list starting with 1) when the token held a permit, now given back."""
+    first = reply[0] if isinstance(reply, list) else reply
+    return bool(int(first))
+
+
+def end(sem: Semaphore, token: str) -> bool:
+    """End the visit of ``token`` now (the next in line is let in); False when it was not inside."""
+    _room(sem)
+    return _ended(connection.run(sem.calls.release(token), sem.name, sem.partition))
+
+
+async def aend(sem: Semaphore, token: str) -> bool:
+    _room(sem)
+    return _ended(await connection.arun(sem.calls.release(token), sem.name, sem.partition))

@@ -18,6 +18,7 @@ from django.http import HttpResponseBase, StreamingHttpResponse
 from ..core.permit import Permit
 from ..core.renewal import renewer
 from .admission import Admission
+from .visits import dress
 
 logger = logging.getLogger("django_semaphore.requests")
 
@@ -78,13 +79,16 @@ async def arelease_all(admissions: Sequence[Admission]) -> None:
 def _abandoned(admissions: Sequence[Admission]) -> None:
     """A streaming response was dropped without being closed: stop renewing, let leases end."""
     for admission in admissions:
+        if admission.room is not None:
+            admission.room.forget()
         if admission.permit is not None and not admission.released:
             logger.warning("A response holding %r was never closed; its lease will end it.", admission.permit)
             renewer.forget(admission.permit)
 
 
 def finish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
-    """Release now, or when a streaming response is closed."""
+    """Release now, or when a streaming response is closed (a room's ticket goes on the response first)."""
+    _dressed(response, admissions)
     if getattr(response, "streaming", False):
         return hold_until_closed(response, admissions)
     release_all(admissions)
@@ -92,10 +96,17 @@ def finish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpR
 
 
 async def afinish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
+    _dressed(response, admissions)
     if getattr(response, "streaming", False):
         return hold_until_closed(response, admissions)
     await arelease_all(admissions)
     return response
+
+
+def _dressed(response: HttpResponseBase, admissions: Sequence[Admission]) -> None:
+    """Room visits put their tickets on the response (web/visits.py); nothing to do for other semaphores."""
+    if isinstance(response, HttpResponseBase) and any(admission.room is not None for admission in admissions):
+        dress(response, [admission.room for admission in admissions])
 
 
 def _lost(permits: Sequence[Permit]) -> Permit | None:
@@ -147,7 +158,7 @@ def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission
     a finaliser stops renewing the permits so their leases end on their own
     instead of being renewed forever.
     """
-    held = [admission for admission in admissions if admission.permit is not None]
+    held = [admission for admission in admissions if admission.permit is not None or admission.room is not None]
     if not held:
         return response
     permits = [admission.permit for admission in held if admission.permit is not None]
