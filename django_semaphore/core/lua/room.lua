@@ -34,7 +34,7 @@ local SAMPLE_MS = 10000
 local SLOTS = 31
 local WINDOW_MS = 300000
 local FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak', 'sampled_at',
-                'admitted', 'walked_in', 'abandoned', 'queue_all'}
+                'rejected', 'ticket', 'admitted', 'walked_in', 'abandoned', 'queue_all'}
 local SAMPLE_FIELDS = {'since'}
 for slot = 0, SLOTS - 1 do
   SAMPLE_FIELDS[slot + 2] = 's' .. slot
