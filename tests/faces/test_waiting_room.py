@@ -287,7 +287,7 @@ def test_static_files_and_the_rooms_paths_and_methods_pass_by(settings) -> None:
     }
     assert Client().get("/m/page/").status_code == 200
     assert Client().get("/m/page/").status_code == 503
-    assert Client().get("/static/site.css").status_code == 200
+    assert Client().get("/static/django_semaphore/css/waiting_room.css").status_code == 200
     assert Client().get("/m/health/").status_code == 200
     assert Client().post("/m/page/").status_code == 200
     status = get_semaphore("site").status()

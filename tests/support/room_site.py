@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from django.contrib.staticfiles.views import serve
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.urls import path
+from django.urls import path, re_path
 
 from django_semaphore import get_semaphore
 from django_semaphore.decorators import semaphore
@@ -24,6 +25,7 @@ def _inside(request: HttpRequest, name: str = "room") -> dict:
     return {
         "inside": visit.inside if visit else None,
         "visitor": visit.visitor if visit else None,
+        "fence": visit.reply.fence if visit else None,
         "used": get_semaphore(name).status().used,
     }
 
@@ -31,6 +33,14 @@ def _inside(request: HttpRequest, name: str = "room") -> dict:
 @semaphore("room")
 def page(request: HttpRequest) -> JsonResponse:
     return JsonResponse(_inside(request))
+
+
+@semaphore("room")
+def welcome(request: HttpRequest) -> HttpResponse:
+    """What a browser sees once let in (the browser test reads its heading)."""
+    visit = visit_of(request, "room")
+    fence = visit.reply.fence if visit else 0
+    return HttpResponse(f"<!DOCTYPE html><title>In</title><h1>Welcome, you are in</h1><p id='fence'>{fence}</p>")
 
 
 @semaphore("room")
@@ -94,12 +104,9 @@ def middleware_page(request: HttpRequest) -> JsonResponse:
     return JsonResponse(_inside(request, "site"))
 
 
-def static_file(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("body { }", content_type="text/css")
-
-
 urlpatterns = [
     path("room/", page, name="room"),
+    path("room/welcome/", welcome),
     path("room/async/", page_async),
     path("room/done/", done),
     path("room/done-async/", done_async),
@@ -112,5 +119,6 @@ urlpatterns = [
     path("outside-async/", outside_async),
     path("m/page/", middleware_page),
     path("m/health/", middleware_page),
-    path("static/site.css", static_file),
+    # Static files, served by Django here (gunicorn serves none): the queue page's script and style.
+    re_path(r"^static/(?P<path>.*)$", serve, {"insecure": True}),
 ]
