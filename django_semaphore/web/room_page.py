@@ -38,6 +38,8 @@ from ..core.visits import RoomReply
 # The header of the page's own polls (request), and of a view ending the visit (response).
 HEADER = "Semaphore-Room"
 POLL, END = "poll", "end"
+# On every answer to a visitor in line: "1" while admission is paused (the JSON keeps its four keys).
+PAUSED_HEADER = "Semaphore-Room-Paused"
 _OFFERED = ["text/html", "application/json"]
 
 
@@ -103,6 +105,7 @@ def queue_answer(request: HttpRequest, name: str, options: RoomOptions, reply: R
         body = loader.render_to_string(options.template, context, request)
         response = HttpResponse(body, status=options.status)
     response["Retry-After"] = str(options.retry_after)
+    response[PAUSED_HEADER] = "1" if reply.paused else "0"
     add_never_cache_headers(response)
     return response
 

@@ -74,6 +74,18 @@ def test_a_visitor_in_line_gets_exactly_the_four_keys_with_the_rooms_status_and_
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", document["updated_at"])
 
 
+def test_a_paused_room_says_so_in_a_header_beside_the_four_keys() -> None:
+    from django_semaphore.ops import pausing
+
+    inside(Client())
+    visitor = Client()
+    assert visitor.get("/room/", **POLL)["Semaphore-Room-Paused"] == "0"
+    pausing.pause(get_semaphore("room"))
+    paused = visitor.get("/room/", **POLL)
+    assert paused.status_code == 503 and paused["Semaphore-Room-Paused"] == "1"
+    assert len(json.loads(paused.content)) == 4
+
+
 def test_the_status_and_the_template_are_the_rooms(settings) -> None:
     declare(settings, status=429, template="django_semaphore/waiting_room.html")
     inside(Client())

@@ -1,7 +1,8 @@
 /* The waiting room's queue page, with JavaScript: asks the server again every refresh interval (the
    same URL, as JSON, marked as the page's own poll), writes the visitor's place and estimated wait
-   into the page's aria-live region (only when they change, so a screen reader is not interrupted
-   for nothing), and loads the page again when the server says the visitor's turn has come (204).
+   into the page's aria-live region and shows or hides its "paused" notice (the answer's
+   Semaphore-Room-Paused header), only when they change so a screen reader is not interrupted
+   for nothing, and loads the page again when the server says the visitor's turn has come (204).
    No full-page refresh meanwhile: the <noscript> one is for browsers without JavaScript. A static
    file, so a strict Content-Security-Policy holds; the texts come from the template (translated). */
 (function () {
@@ -40,8 +41,12 @@
         }
     }
 
-    function show(state) {
+    function show(state, paused) {
         write("position", String(state.position));
+        const notice = field("paused");
+        if (notice && notice.hidden !== !paused) {
+            notice.hidden = !paused;
+        }
         write("eta", etaText(state.eta_seconds));
         const updated = field("updated");
         if (updated && state.updated_at) {
@@ -71,7 +76,7 @@
                 if (type.indexOf("application/json") === 0) {
                     return response.json().then((state) => {
                         if (state && typeof state.position === "number") {
-                            show(state);
+                            show(state, response.headers.get("Semaphore-Room-Paused") === "1");
                             const seconds = Number(state.refresh_seconds);
                             later(seconds > 0 ? seconds * 1000 : every);
                         } else if (response.ok) {
