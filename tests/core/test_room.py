@@ -128,6 +128,19 @@ def test_an_abandoned_head_holds_a_place_it_was_given_only_until_it_would_have_l
     assert now_ms[0] * 1000 + now_ms[1] // 1000 >= head_deadline  # let in once the head's time was up, not later
 
 
+def test_a_head_let_in_while_away_keeps_the_place_until_its_abandon_time_even_past_a_shorter_lease(
+    settings, redis_client: redis.Redis
+) -> None:
+    """A visitor let in between two polls must find its place when it next asks, however short the lease."""
+    sem = room(settings, limit=1, lease=0.1, room={"abandon": 2})
+    line_up(sem, "a", "head")
+    head_deadline = redis_client.zscore(sem.calls.keys.alive, "head")
+    assert visits.end(sem, "a") is True  # handed to the head, away from its page
+    assert redis_client.zscore(sem.calls.keys.holders, "head") == head_deadline
+    time.sleep(0.5)  # longer than the lease, shorter than the head's abandon time
+    assert visit(sem, "head").code == INSIDE
+
+
 def test_copies_of_one_visitor_hold_one_place(settings) -> None:
     sem = room(settings, limit=1)
     line_up(sem, "a", "b", "shared")

@@ -718,10 +718,11 @@ local function serve_line(ctx, line, cfg)
       return true
     elseif cfg.room then
       -- A visitor let in while away from its page holds the place until its abandon time, when it would
-      -- have lost its place in line anyway; its next request renews the visit (room.lua). No note: a
+      -- have lost its place in line anyway, whatever the lease (a lease shorter than a refresh would end
+      -- the visit before its next poll); its next request renews the visit (room.lua). No note: a
       -- browser waits on no wake list.
       local until_abandoned = (tonumber(redis.call('ZSCORE', K.alive, head.token)) or ctx.now) - ctx.now
-      grant(ctx, head.token, 1, math.max(math.min(r.lease, until_abandoned), 1), r.hold, r.nonce, r.meta, '1')
+      grant(ctx, head.token, 1, math.max(until_abandoned, 1), r.hold, r.nonce, r.meta, '1')
       leave_line(line, head.token)
       count(ctx.st, 'admitted')
     else
