@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http.cookiejar import Cookie, CookieJar
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,8 @@ import pytest
 from django_semaphore import get_semaphore
 from django_semaphore.core import visits
 
-from ..support.gunicorn import ROOT, Gunicorn
+from ..support.gunicorn import ROOT
+from .conftest import RoomSite
 
 pytestmark = pytest.mark.processes
 
@@ -78,38 +79,6 @@ def _cookie(name: str, value: str) -> Cookie:
     return Cookie(0, name, value, None, False, "127.0.0.1", False, False, "/", True, False, None, False, None, None, {})
 
 
-Start = Callable[..., str]
-
-
-@pytest.fixture
-def site(key_prefix: str, redis_server: Any, settings, tmp_path: Path) -> Iterator[Start]:
-    """Start gunicorn (3 workers x 4 threads) on the room site with the room's numbers; its base URL."""
-    started: list[Gunicorn] = []
-
-    def start(limit: int = 5, lease: float = 1.0, refresh: float = 1.0, abandon: float = 3.0) -> str:
-        env = {
-            "REDIS_URL": redis_server.url,
-            "SEMAPHORE_KEY_PREFIX": key_prefix,
-            "ROOM_LIMIT": str(limit),
-            "ROOM_LEASE": str(lease),
-            "ROOM_REFRESH": str(refresh),
-            "ROOM_ABANDON": str(abandon),
-            "ROOM_DB": str(tmp_path / "room.sqlite3"),
-        }
-        room = {"limit": limit, "lease": lease, "waiting_room": {"refresh": refresh, "abandon": abandon}}
-        settings.SEMAPHORES = {**settings.SEMAPHORES, "room": room, "site": room}  # the test reads the same room
-        server = Gunicorn("tests.support.room_settings", env=env, workers=3, threads=4)
-        started.append(server)
-        server.start("/outside/")
-        return server.base_url
-
-    try:
-        yield start
-    finally:
-        for server in started:
-            server.close()
-
-
 def _in_threads(work: list[Callable[[], None]]) -> None:
     errors: list[BaseException] = []
 
@@ -129,8 +98,8 @@ def _in_threads(work: list[Callable[[], None]]) -> None:
         raise errors[0]
 
 
-def test_fifty_visitors_are_let_in_in_the_order_they_came_and_never_more_than_the_limit(site: Start) -> None:
-    base = site(limit=5, lease=1.0, refresh=1.0, abandon=3.0)
+def test_fifty_visitors_are_let_in_in_the_order_they_came_and_never_more_than_the_limit(room_site: RoomSite) -> None:
+    base = room_site(limit=5, lease=1.0, refresh=1.0, abandon=3.0)
     room = get_semaphore("room")
     visitors = [Visitor(base) for _ in range(50)]
     first = [v.get() for v in visitors]  # their first requests, in this order: the order of arrival
@@ -178,8 +147,8 @@ def test_fifty_visitors_are_let_in_in_the_order_they_came_and_never_more_than_th
     assert figures.used == 0 and figures.waiting == 0 and figures.admitted == 50 and figures.abandoned == 0
 
 
-def test_refresh_second_tab_and_a_short_disconnect_keep_the_place(site: Start) -> None:
-    base = site(limit=1, lease=30.0, refresh=1.0, abandon=3.0)
+def test_refresh_second_tab_and_a_short_disconnect_keep_the_place(room_site: RoomSite) -> None:
+    base = room_site(limit=1, lease=30.0, refresh=1.0, abandon=3.0)
     inside, a, b, c = (Visitor(base) for _ in range(4))
     assert inside.get()[0] == 200
     assert [v.position() for v in (a, b, c)] == [1, 2, 3]
@@ -194,8 +163,8 @@ def test_refresh_second_tab_and_a_short_disconnect_keep_the_place(site: Start) -
     assert b.position() == 2
 
 
-def test_a_silent_visitor_loses_its_place_and_never_stalls_the_line(site: Start) -> None:
-    base = site(limit=1, lease=30.0, refresh=1.0, abandon=3.0)
+def test_a_silent_visitor_loses_its_place_and_never_stalls_the_line(room_site: RoomSite) -> None:
+    base = room_site(limit=1, lease=30.0, refresh=1.0, abandon=3.0)
     inside, silent, b, c = (Visitor(base) for _ in range(4))
     assert inside.get()[0] == 200
     assert [v.position() for v in (silent, b, c)] == [1, 2, 3]
@@ -211,8 +180,8 @@ def test_a_silent_visitor_loses_its_place_and_never_stalls_the_line(site: Start)
     assert silent.position() == 2  # back, behind c
 
 
-def test_a_silent_head_given_a_place_holds_it_only_until_its_abandon_time(site: Start) -> None:
-    base = site(limit=1, lease=30.0, refresh=1.0, abandon=3.0)
+def test_a_silent_head_given_a_place_holds_it_only_until_its_abandon_time(room_site: RoomSite) -> None:
+    base = room_site(limit=1, lease=30.0, refresh=1.0, abandon=3.0)
     inside, silent, b = (Visitor(base) for _ in range(3))
     assert inside.get()[0] == 200
     assert silent.position() == 1
@@ -232,8 +201,8 @@ def test_a_silent_head_given_a_place_holds_it_only_until_its_abandon_time(site: 
     assert late == []  # and at b's first poll after it: never a refresh interval later
 
 
-def test_forged_edited_and_copied_tickets_across_workers(site: Start) -> None:
-    base = site(limit=1, lease=30.0, refresh=1.0, abandon=10.0)
+def test_forged_edited_and_copied_tickets_across_workers(room_site: RoomSite) -> None:
+    base = room_site(limit=1, lease=30.0, refresh=1.0, abandon=10.0)
     assert Visitor(base).get()[0] == 200
     honest = Visitor(base)
     assert honest.position() == 1
@@ -251,8 +220,10 @@ def test_forged_edited_and_copied_tickets_across_workers(site: Start) -> None:
     assert get_semaphore("room").status().waiting == 4  # the honest visitor and the three new ones
 
 
-def test_static_files_paths_methods_staff_and_the_permission_pass_by_uncounted(site: Start, tmp_path: Path) -> None:
-    base = site(limit=1, lease=30.0, refresh=1.0, abandon=10.0)
+def test_static_files_paths_methods_staff_and_the_permission_pass_uncounted(
+    room_site: RoomSite, tmp_path: Path
+) -> None:
+    base = room_site(limit=1, lease=30.0, refresh=1.0, abandon=10.0)
     sessions = _users(tmp_path)
     assert Visitor(base).get("/m/page/")[0] == 200
     assert Visitor(base).get("/m/page/")[0] == 503
