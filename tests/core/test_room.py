@@ -232,3 +232,15 @@ def test_only_a_room_takes_room_operations(settings) -> None:
 
     with pytest.raises(redis.ResponseError, match="room needs a waiting room"):
         run(plain.calls.room("figures"), "plain", None)
+
+
+def test_the_metrics_read_visitors_inside_and_in_line_from_the_figures_and_the_status(settings) -> None:
+    """What metrics report for a room (usage = visitors inside, waiter.count = visitors in line), either way."""
+    from django_semaphore.ops import rooms
+
+    sem = room(settings, limit=2)
+    line_up(sem, "a", "b", "a", "c", "d", "e")
+    figures = rooms.figures(sem)
+    assert figures is not None and (figures["inside"], figures["waiting"]) == (2, 3)
+    status = sem.status()
+    assert (status.used, status.waiting) == (2, 3)
