@@ -53,14 +53,15 @@ def semaphore(
     guarded = Guarded(name, key, wait, weight)
 
     def rejected(request: HttpRequest, admission: Admission) -> HttpResponseBase:
-        if raise_exception:
+        # A waiting room answers for itself: raised, its visitor would lose the ticket that keeps its place.
+        if raise_exception and admission.room is None:
             raise admission.exception()
         return respond(request, admission.exception(), admission)
 
     async def arejected(request: HttpRequest, admission: Admission) -> HttpResponseBase:
         # The 503 view and its template may touch the database (request.user):
         # arespond keeps that off the event loop.
-        if raise_exception:
+        if raise_exception and admission.room is None:
             raise admission.exception()
         return await arespond(request, admission.exception(), admission)
 

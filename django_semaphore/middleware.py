@@ -26,6 +26,7 @@ from .web.admission import Admission, aadmit, admit, skipped
 from .web.holding import AReleasedOnError, ReleasedOnError, afinish, arelease_all, finish, release_all
 from .web.responses import add_ratelimit_headers, arespond, respond
 from .web.rules import RequestView, Rule, active_rules, bypass_predicate, exempt_path
+from .web.visits import dress
 
 GetResponse = Callable[[HttpRequest], Any]
 
@@ -82,10 +83,14 @@ class SemaphoreMiddleware:
             return await afinish(response, held)
 
     def _rejected(self, request: HttpRequest, held: list[Admission]) -> HttpResponseBase:
-        return respond(request, held[-1].exception(), held[-1])
+        response = respond(request, held[-1].exception(), held[-1])
+        dress(response, [admission.room for admission in held])  # a room's visitor keeps its ticket
+        return response
 
     async def _arejected(self, request: HttpRequest, held: list[Admission]) -> HttpResponseBase:
-        return await arespond(request, held[-1].exception(), held[-1])
+        response = await arespond(request, held[-1].exception(), held[-1])
+        dress(response, [admission.room for admission in held])
+        return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponseBase | None:
         if isinstance(exception, (SemaphoreFull, BackendUnavailable)):

@@ -3,7 +3,8 @@
 This is the usual way for an admin page that shows data from elsewhere
 (django-rq does the same): the admin lists models, and permissions belong
 to models. Viewing and releasing are separate permissions, because taking a
-permit away from a running job is not the same as looking at it.
+permit away from a running job is not the same as looking at it. The third
+lets a user pass every waiting room by (a room's ``bypass_permission``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ class SemaphoreDashboard(models.Model):
         permissions = (
             ("view_semaphore_dashboard", _("Can view the semaphore dashboard")),
             ("release_semaphore_permit", _("Can force-release permits and override semaphore limits")),
+            # Waiting rooms (waiting_room.py): a user with it passes every room by, neither queued nor counted.
+            ("bypass_waiting_room", _("Can pass waiting rooms by")),
         )
         verbose_name = _("semaphore dashboard")
         verbose_name_plural = _("semaphores")

@@ -130,6 +130,11 @@ class Calls:
         """``operation``: "set" (to ``value``), "add" (``value``, may be negative) or "clear"."""
         return ScriptCall("set_limit", self.keys.common, [self.config, operation, value])
 
+    def room(self, action: str, metadata: bytes = b"") -> ScriptCall:
+        """A waiting room's operation (core/lua/room.lua): "visit <token> <lease_ms> <hold_ms>", "figures",
+        "let_in <n>" or "queue_all <0|1>"."""
+        return ScriptCall("room", [*self.keys.common, self.keys.room], [self.config, action.encode(), metadata])
+
 
 # -- what an acquire takes -----------------------------------------------------------------------
 

@@ -18,10 +18,13 @@ Errors:
 - E014 ``SEMAPHORE_ASYNC_CONNECTION`` is neither None, a callable nor an importable dotted path.
 - E016 an adaptive ``limit`` has a wrong shape, type or range (or a weight above its min).
 - E017 a keyed semaphore has an adaptive limit (whole semaphores only).
-- E018 a ``SEMAPHORES`` entry or an option dict inside one (an adaptive ``limit``)
-  has a key no option reads (a misspelling): the message names the closest known
-  option. At run time such a key is ignored with one warning (a rolling deploy may
-  bring a newer release's option to an older process).
+- E018 a ``SEMAPHORES`` entry or an option dict inside one (an adaptive ``limit``, a
+  ``waiting_room``) has a key no option reads (a misspelling): the message names the
+  closest known option. At run time such a key is ignored with one warning (a rolling
+  deploy may bring a newer release's option to an older process).
+- E020 a ``waiting_room`` has a wrong value, or its entry sets what a room cannot
+  honour (``key``, a ``weight`` other than 1, ``wait`` > 0, ``fair: False``, an
+  adaptive limit, ``replicas``).
 
 Not checked: ``replicas`` > 0 with a Redis Cluster connection factory, which
 only calling the factory (opening a connection) would reveal; the first
@@ -48,6 +51,7 @@ from .adaptive import adaptive_problems, keyed_problem
 from .conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, option_problems, unknown_option_problems
 from .connection import BUILT_IN_BACKEND, DJANGO_REDIS_BACKEND, backend_kind
 from .redis_keys import check_prefix
+from .room_options import room_problems
 
 APP = "django_semaphore"
 SHARDED_CLIENT = "django_redis.client.ShardClient"
@@ -246,4 +250,6 @@ def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
         keyed = keyed_problem(name, options)
         if keyed:
             messages.append(error(17, keyed, "Use a fixed limit for a keyed semaphore, or drop its 'key'."))
+        hint = "See the docs, guides/waiting-room.md."
+        messages += [error(20, problem, hint) for problem in room_problems(name, options)]
     return messages

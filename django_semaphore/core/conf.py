@@ -22,6 +22,7 @@ from django.core.signals import setting_changed
 from .adaptive import AdaptiveLimit, adaptive_problems, is_adaptive, keyed_problem, unknown_in_limit
 from .options import unknown_problems, warn_unknown
 from .redis_keys import check_name, check_prefix
+from .room_options import DEFAULT_VISIT_LEASE, ROOM_OPTIONS, RoomOptions, room_problems
 
 ON_ERROR_CHOICES = ("allow", "deny")
 
@@ -83,12 +84,17 @@ OPTIONS = (
     "fair",
     "max_hold",
     "max_partitions",
+    "waiting_room",
 )
 
 
 def _option_dicts(name: object, options: Mapping[str, Any]) -> list[tuple[str, Mapping[Any, Any], tuple[str, ...]]]:
     """The entry itself and every option dict nested in it, as settings name them, with their known keys."""
-    return [(f"SEMAPHORES[{name!r}]", options, OPTIONS), *unknown_in_limit(name, options)]
+    found = [(f"SEMAPHORES[{name!r}]", options, OPTIONS), *unknown_in_limit(name, options)]
+    room = options.get("waiting_room")
+    if isinstance(room, Mapping):
+        found.append((f"SEMAPHORES[{name!r}]['waiting_room']", room, ROOM_OPTIONS))
+    return found
 
 
 def unknown_option_problems(name: object, options: Mapping[str, Any]) -> list[str]:
@@ -205,6 +211,8 @@ class SemaphoreConfig:
     max_partitions: int | None = None
     # An adaptive limit (core/adaptive.py); `limit` is then its initial value.
     adaptive: AdaptiveLimit | None = None
+    # A waiting room (core/room_options.py): the limit counts visitors; `waiter_ttl` is its abandon time.
+    room: RoomOptions | None = None
 
     @classmethod
     def from_options(cls, name: str, options: Mapping[str, Any]) -> SemaphoreConfig:
@@ -213,11 +221,14 @@ class SemaphoreConfig:
             problems += adaptive_problems(name, options)
             keyed = keyed_problem(name, options)
             problems += [keyed] if keyed else []
+            problems += room_problems(name, options)
         if problems:
             raise ImproperlyConfigured(" ".join(problems))
         for where, found, known in _option_dicts(name, options):
             warn_unknown(where, found, known)  # a rolling deploy: a newer release's option, ignored here
-        lease = float(options.get("lease", app_setting("SEMAPHORE_DEFAULT_LEASE")))
+        room = RoomOptions.from_option(name, options.get("waiting_room"))
+        default_lease = DEFAULT_VISIT_LEASE if room else app_setting("SEMAPHORE_DEFAULT_LEASE")
+        lease = float(options.get("lease", default_lease))
         auto_renew = bool(options.get("auto_renew", True))
         max_hold = None if options.get("max_hold") is None else float(options["max_hold"])
         adaptive = AdaptiveLimit.from_spec(options["limit"]["adaptive"]) if is_adaptive(options["limit"]) else None
@@ -231,7 +242,8 @@ class SemaphoreConfig:
             key=options.get("key"),
             on_error=options.get("on_error", app_setting("SEMAPHORE_ON_ERROR")),
             auto_renew=auto_renew,
-            waiter_ttl=float(app_setting("SEMAPHORE_WAITER_TTL")),
+            # A room's waiter is a visitor asking every `refresh` seconds: its place lasts `abandon` after each.
+            waiter_ttl=room.abandon if room else float(app_setting("SEMAPHORE_WAITER_TTL")),
             options=dict(options),
             replicas=options.get("replicas", 0),
             replica_timeout=float(options.get("replica_timeout", 0.1)),
@@ -239,6 +251,7 @@ class SemaphoreConfig:
             max_hold=max_hold,
             partition_idle=float(app_setting("SEMAPHORE_PARTITION_IDLE")),
             max_partitions=options.get("max_partitions"),
+            room=room,
         )
 
     def wire(self, partitioned: bool) -> bytes:
@@ -249,7 +262,8 @@ class SemaphoreConfig:
         ttl_ms = max(int(self.waiter_ttl * 1000), 1)
         idle_ms = max(int(self.partition_idle * 1000), 1)
         text = f"{self.limit} {ttl_ms} {every_ms} {HISTORY_KEEP} {idle_ms} {int(self.fair)} {int(whole)}"
-        return (text + (self.adaptive.wire() if self.adaptive else "")).encode()
+        # A room (never adaptive: E020) ends with " room": the scripts treat its line as visitors' (common.lua).
+        return (text + (self.adaptive.wire() if self.adaptive else " room" if self.room else "")).encode()
 
     @cached_property
     def _wire_whole(self) -> bytes:

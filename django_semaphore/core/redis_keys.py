@@ -95,6 +95,11 @@ class SemaphoreKeys:
     def history(self) -> str:
         return self.base + "history"
 
+    @property
+    def room(self) -> str:
+        """A waiting room's admission samples (HASH, see core/lua/room.lua)."""
+        return self.base + "room"
+
     @cached_property
     def wake_prefix(self) -> str:
         """What a waiter's wake list's name starts with; its token follows. Built once: it is used on every call."""

@@ -60,6 +60,7 @@ OPERATIONS = (
     "admit_partition",
     "evict_partition",
     "settle_evictions",
+    "room",
 )
 
 # The helpers every operation shares, in this order (adaptive.lua uses common.lua's).

@@ -18,7 +18,7 @@ from django.urls import URLPattern, path
 from django.views.decorators.clickjacking import xframe_options_deny
 
 from ..models import SemaphoreDashboard
-from . import views
+from . import room_views, views
 
 
 # ModelAdmin[SemaphoreDashboard] fails at run time: Django's ModelAdmin is generic only in django-stubs
@@ -59,4 +59,5 @@ class SemaphoreDashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             path("<str:name>/status.json", page(views.detail_json), name=f"{prefix}_detail_json"),
             path("<str:name>/release/", page(views.release), name=f"{prefix}_release"),
             path("<str:name>/limit/", page(views.limit), name=f"{prefix}_limit"),
+            path("<str:name>/room/", page(room_views.room), name=f"{prefix}_room"),
         ]

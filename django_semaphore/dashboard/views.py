@@ -155,6 +155,9 @@ def _decorate(model_admin: DashboardAdmin, row: dict[str, Any]) -> dict[str, Any
         holder["age"] = duration(holder["age_s"])
         holder["lease_left"] = duration(holder["lease_left_s"])
         holder["expiring"] = holder["lease_left_s"] < 1
+    if row.get("room"):
+        since = datetime.fromtimestamp(row["room"]["since_ms"]["abandoned"] / 1000, dt_timezone.utc)
+        row["room"]["abandoned_since"] = timezone.localtime(since).strftime("%Y-%m-%d %H:%M:%S")
     if "history" in row and row["now_ms"] is not None:
         row["chart"] = utilisation_chart(row["history"], row["limit"], row["now_ms"], row["used"], row["waiting"])
     return row
@@ -251,6 +254,7 @@ def detail(model_admin: DashboardAdmin, request: HttpRequest, name: str) -> Http
         release_url=_url(model_admin, "release", name),
         limit_url=_url(model_admin, "limit", name),
         limit_form=not is_keyed(sem),
+        room_url=_url(model_admin, "room", name),
     )
     return TemplateResponse(request, "admin/django_semaphore/detail.html", context)
 

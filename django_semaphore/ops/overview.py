@@ -19,6 +19,7 @@ from typing import Any
 from ..core.conf import declared
 from ..core.replies import COUNTERS, Holder, SemaphoreStatus
 from ..core.semaphore import Semaphore, get_semaphore
+from .rooms import figures as room_figures
 
 SCHEMA_VERSION = 1
 BUSIEST = 5
@@ -132,6 +133,8 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
         "configured_limit": config.limit,
         "truncated": False,
         "adaptive": None,
+        # A waiting room's figures (ops/rooms.py), None for any other semaphore.
+        "room": None,
     }
     if is_keyed(sem):
         labels = sem.partitions(MAX_PARTITIONS)
@@ -179,6 +182,7 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
                 {"at_ms": s.at_ms, "peak_used": s.peak_used, "waiting": s.waiting, "limit": s.limit} for s in recent
             ],
             adaptive=asdict(status.adaptive) if status.adaptive else None,
+            room=room_figures(sem),
         )
     row["oldest_holder_age_s"] = _oldest_age(listed)
     if holders:

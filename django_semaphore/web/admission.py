@@ -50,9 +50,10 @@ from ..core.flow import Stepping
 from ..core.permit import Permit
 from ..core.safe_text import for_log
 from ..core.semaphore import Attempt, Semaphore, get_semaphore, refused
-from . import request_outcomes
+from . import request_outcomes, visits
 from .conf import web_setting
 from .partition_keys import NOT_LIMITED, akey_for, key_for
+from .visits import Visit
 
 logger = logging.getLogger("django_semaphore.requests")
 
@@ -108,6 +109,8 @@ class Admission:
     attempt: Attempt | None = None
     error: BackendUnavailable | None = None
     hung: Hung = field(default_factory=Hung, repr=False)
+    # A waiting room's semaphore: the request's visit (web/visits.py) instead of a permit.
+    room: Visit | None = None
     _released: bool = field(default=False, repr=False)
 
     @property
@@ -116,12 +119,14 @@ class Admission:
 
     @property
     def rejected(self) -> bool:
-        """True when the request must be turned away (enforce mode only)."""
-        return self.mode == ENFORCE and self.limited
+        """True when the request must be turned away (enforce mode only), or a room answers it itself."""
+        return self.mode == ENFORCE and (self.limited or (self.room is not None and self.room.answers))
 
     @property
     def retry_after(self) -> int:
         # An outage, or a weight above the limit in force, has no lease to measure.
+        if self.room is not None and self.limited:
+            return self.room.options.retry_after
         if self.outcome == request_outcomes.ERROR_DENIED or (self.limited and self.attempt is None):
             return failure_policy.ERROR_RETRY_AFTER
         return self.attempt.retry_after if self.attempt is not None else 0
@@ -138,10 +143,21 @@ class Admission:
         return self._released
 
     def release(self) -> None:
-        """Give the permit back (idempotent); an outage only logs, the release is retried in the background."""
+        """Give the permit back (idempotent); an outage only logs, the release is retried in the background.
+
+        A room's visit is renewed from now instead (or ended: web/visits.py).
+        """
+        if self.room is not None and self.hung.error is None:
+            self.room.close()
+        elif self.room is not None:
+            self.room.forget()  # after a hung Redis: its visit ends a lease from its last renewal
         self.hung.note(give_back(self._leaving()))
 
     async def arelease(self) -> None:
+        if self.room is not None and self.hung.error is None:
+            await self.room.aclose()
+        elif self.room is not None:
+            self.room.forget()
         self.hung.note(await agive_back(self._leaving()))
 
     def release_in_background(self) -> None:
@@ -309,6 +325,32 @@ class _Take:
 
 
 @dataclass(frozen=True)
+class _PassingBy:
+    """Whether the request passes the room ``semaphore`` by (web/visits.py); reply: a bool."""
+
+    semaphore: Semaphore
+
+    def run(self, request: HttpRequest) -> bool:
+        return visits.bypassed(request, self.semaphore)
+
+    async def arun(self, request: HttpRequest) -> bool:
+        return await visits.abypassed(request, self.semaphore)
+
+
+@dataclass(frozen=True)
+class _Visiting:
+    """The request's visit of the room ``semaphore``; reply: the ``Visit``, or its error thrown in."""
+
+    semaphore: Semaphore
+
+    def run(self, request: HttpRequest) -> Visit:
+        return visits.visit(request, self.semaphore)
+
+    async def arun(self, request: HttpRequest) -> Visit:
+        return await visits.avisit(request, self.semaphore)
+
+
+@dataclass(frozen=True)
 class _GiveBack:
     """Give ``permit`` back (what went wrong after the grant is raised on); reply ignored."""
 
@@ -321,7 +363,7 @@ class _GiveBack:
         await agive_back(self.permit)
 
 
-_Step = _KeyOf | _ReadBody | _Take | _GiveBack
+_Step = _KeyOf | _ReadBody | _Take | _GiveBack | _PassingBy | _Visiting
 _READ_BODY = _ReadBody()
 
 
@@ -329,6 +371,8 @@ def _admission(request: HttpRequest, guarded: Guarded) -> Generator[_Step, Any, 
     """Admit ``request`` as ``guarded`` says: the I/O it needs is yielded, an error of it thrown back in."""
     name, mode = guarded.name, guarded.mode
     whole = get_semaphore(name)
+    if whole.config.room is not None:
+        return (yield from _visiting(request, whole, mode))
     spec = whole.config.key if guarded.key is None else guarded.key
     value = None if spec is None else (yield _KeyOf(spec))
     semaphore = _partition(whole, value)
@@ -352,6 +396,30 @@ def _admission(request: HttpRequest, guarded: Guarded) -> Generator[_Step, Any, 
         # Recording the outcome may fail after the grant: nobody else would release it.
         yield _GiveBack(attempt.permit)
         raise
+
+
+def _visiting(request: HttpRequest, room: Semaphore, mode: str) -> Generator[_Step, Any, Admission]:
+    """A waiting room's admission: passed by, inside (let in now or already), or in line (web/visits.py).
+
+    Each request that asks the room is one outcome: acquired when its
+    visitor is inside, full when it waits in line (a dry run's visitors are
+    counted and queued as any, and the view runs anyway).
+    """
+    if (yield _PassingBy(room)):
+        return skipped(request, room.name, request_outcomes.BYPASSED, mode)
+    hung = _hung(request)
+    if hung.error is not None:
+        return _decide(request, room, None, mode, None, hung.error)
+    try:
+        visit: Visit = yield _Visiting(room)
+    except BackendUnavailable as exc:
+        hung.note(exc)
+        return _decide(request, room, None, mode, None, exc)
+    if visit.inside:
+        outcome = request_outcomes.ACQUIRED
+    else:
+        outcome = request_outcomes.DRY_RUN_FULL if mode == DRY_RUN else request_outcomes.FULL
+    return _noted(request, Admission(name=room.name, outcome=outcome, mode=mode, hung=hung, room=visit))
 
 
 def admit(request: HttpRequest, guarded: Guarded) -> Admission:

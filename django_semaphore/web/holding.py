@@ -24,6 +24,7 @@ from django.http import HttpResponseBase, StreamingHttpResponse
 from ..core.permit import Permit
 from ..core.renewal import renewer
 from .admission import Admission
+from .visits import dress
 
 logger = logging.getLogger("django_semaphore.requests")
 
@@ -84,6 +85,8 @@ async def arelease_all(admissions: Sequence[Admission]) -> None:
 def _abandoned(admissions: Sequence[Admission]) -> None:
     """A streaming response was dropped without being closed: stop renewing, let leases end."""
     for admission in admissions:
+        if admission.room is not None:
+            admission.room.forget()
         if admission.permit is not None and not admission.released:
             logger.warning("A response holding %r was never closed; its lease will end it.", admission.permit)
             renewer.forget(admission.permit)
@@ -103,20 +106,29 @@ def _dropped(admissions: Sequence[Admission]) -> None:
 def finish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
     """Release when the server has sent the response and closed it (a dropped plain response: then).
 
-    Anything but a response (a view that returned None, which Django turns
-    into an error) has nothing a server would close: released now.
+    A room's ticket goes on the response first. Anything but a response (a
+    view that returned None, which Django turns into an error) has nothing a
+    server would close: released now.
     """
     if not isinstance(response, HttpResponseBase):
         release_all(admissions)
         return response
+    _dressed(response, admissions)
     return hold_until_closed(response, admissions)
 
 
 async def afinish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
+    _dressed(response, admissions)
     if getattr(response, "streaming", False):
         return hold_until_closed(response, admissions)
     await arelease_all(admissions)
     return response
+
+
+def _dressed(response: HttpResponseBase, admissions: Sequence[Admission]) -> None:
+    """Room visits put their tickets on the response (web/visits.py); nothing to do for other semaphores."""
+    if isinstance(response, HttpResponseBase) and any(admission.room is not None for admission in admissions):
+        dress(response, [admission.room for admission in admissions])
 
 
 def _lost(permits: Sequence[Permit]) -> Permit | None:
@@ -169,7 +181,7 @@ def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission
     their own instead of being renewed forever; a plain response dropped
     unclosed has done its work, and its permits go back from the background.
     """
-    held = [admission for admission in admissions if admission.permit is not None]
+    held = [admission for admission in admissions if admission.permit is not None or admission.room is not None]
     if not held:
         return response
     permits = [admission.permit for admission in held if admission.permit is not None]

@@ -89,7 +89,12 @@ def error_view(name: str | None) -> ErrorView:
 def respond(
     request: HttpRequest, exception: SemaphoreFull | BackendUnavailable, deciding: Admission | None = None
 ) -> HttpResponseBase:
-    """Run the configured view for the semaphore that turned ``request`` away (``deciding``, when known)."""
+    """Run the configured view for the semaphore that turned ``request`` away (``deciding``, when known).
+
+    A waiting room answers for itself: the queue page, its JSON, or "come in" (web/visits.py).
+    """
+    if deciding is not None and deciding.room is not None:
+        return _decided(deciding.room.answer(request))
     view = error_view(exception.name)
     response = async_to_sync(view)(request, exception) if iscoroutinefunction(view) else view(request, exception)
     return _answered(request, response, exception, deciding)
@@ -99,12 +104,19 @@ async def arespond(
     request: HttpRequest, exception: SemaphoreFull | BackendUnavailable, deciding: Admission | None = None
 ) -> HttpResponseBase:
     """``respond`` for async callers: an async view is awaited, a sync one runs in a thread."""
+    if deciding is not None and deciding.room is not None:
+        return _decided(await sync_to_async(deciding.room.answer)(request))  # the template may read request.user
     view = error_view(exception.name)
     if iscoroutinefunction(view):
         response = await view(request, exception)
     else:
         response = await sync_to_async(view)(request, exception)
     return _answered(request, response, exception, deciding)
+
+
+def _decided(response: HttpResponseBase) -> HttpResponseBase:
+    setattr(response, _DECIDED, True)
+    return response
 
 
 def _answered(

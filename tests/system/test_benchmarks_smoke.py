@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from benchmarks import adaptive, contended, expiry, handoff, peers
+from benchmarks import adaptive, contended, expiry, handoff, peers, room
 from benchmarks import settings as bench_settings
 from benchmarks.__main__ import Plan, run
 from benchmarks.runtime import Bench, fresh_redis
@@ -74,3 +74,9 @@ def test_harness_returns_one_json_object(redis_server, settings) -> None:
     assert decoded["redis_core_cycles_per_s"] > 0 and decoded["redis_core_lock_cycles_per_s"] > 0
     assert decoded["machine"]["nproc"] >= 1
     assert not [key for key in decoded if key.endswith("_error")]
+
+
+def test_room_reports_the_servers_cost_of_a_poll_at_both_sizes(bench: Bench) -> None:
+    figures = room.run(bench, repeats=1, polls=20, large_line=100)
+    assert figures["room_poll_position_checked"] == 100
+    assert figures["room_poll_server_us_10"] > 0 and figures["room_poll_10k_ratio"] > 0

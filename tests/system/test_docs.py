@@ -208,6 +208,13 @@ def test_json_blocks_parse_and_the_schema_has_the_commands_fields(block: Block) 
             call_command("semaphore_status", "reports", "--json", stdout=out)
         (printed,) = json.loads(out.getvalue())["semaphores"]
         assert set(shown["semaphores"][0]) == set(printed), block.where
+    if "inside" in shown and "since_ms" in shown:  # a waiting room's figures (the schema's room key)
+        room = {"limit": 1, "waiting_room": True}
+        with override_settings(SEMAPHORES={"room": room}):
+            out = StringIO()
+            call_command("semaphore_room", "room", "--json", stdout=out)
+        printed = json.loads(out.getvalue())
+        assert set(shown) == set(printed) and set(shown["since_ms"]) == set(printed["since_ms"]), block.where
 
 
 def _commands(block: Block) -> Iterator[str]:

@@ -38,6 +38,10 @@
 --           (above 1) multiplies the best window average into the bound when there is no target. A caller
 --           sending the seven fields only (the configuration before adaptive limits) gets the fixed
 --           limit: the adaptive fields in the state hash are left as they are.
+--           A waiting room's (never adaptive) ends with " room" instead: its waiters are visitors asking
+--           every few seconds, waiter_ttl_ms is its abandon time, and a waiter past it has lost its place
+--           (read_line); a permit handed to a waiter lasts until its abandon time (serve_line), and the
+--           state hash counts `admitted` (visitors let in), `abandoned` (places lost) and `queue_all` (room.lua).
 --   ARGV[2...] the operation's own arguments, listed in each script's header.
 --   Other waiters' wake lists, <base>wake:<token>, are not in KEYS: whom a release wakes is only
 --   known once it has read the line. They share KEYS[1]'s hash tag, so they live in its slot.
@@ -123,7 +127,7 @@ local function read_config(raw)
   cfg = {limit = int_arg(limit, 'limit', 0, MAX_LIMIT), waiter_ttl = int_arg(ttl, 'waiter ttl', 1, MAX_MS),
          every = tonumber(every), keep = int_arg(keep, 'samples kept', 1, 100000),
          idle = int_arg(idle, 'idle expiry', 1, MAX_MS), fair = fair == '1', whole = whole == '1',
-         adaptive = read_adaptive(rest)}
+         adaptive = rest ~= ' room' and read_adaptive(rest) or nil, room = rest == ' room'}
   CFG = cfg
   if config_count >= 1000 then
     configs, config_count = {}, 0
@@ -487,6 +491,30 @@ local function mark_dead(line, token)
   line.dead_count = line.dead_count + 1
 end
 
+-- A waiting room's line: a visitor who asked nothing for its abandon time (the waiter TTL) has lost its
+-- place at that instant, the caller included (room.lua puts it at the back): no grace period and no pass,
+-- so an abandoned place never holds up the line. `line.abandoned` keeps the tickets of those purged, so
+-- the caller can tell how many were ahead of it; the state hash counts them.
+local function abandon_stale(line, st, tokens)
+  local tickets = {}
+  for _, token in ipairs(tokens) do
+    local ticket = redis.call('ZSCORE', K.queue, token)
+    drop('ZREM', K.alive, token)
+    drop('HDEL', K.qweight, token)
+    if ticket then
+      mark_dead(line, token)
+      drop('ZREM', K.queue, token)
+      tickets[#tickets + 1] = tonumber(ticket)
+    end
+  end
+  line.abandoned = tickets
+  line.waiting = line.waiting - line.dead_count
+  if #tickets > 0 then
+    count(st, 'abandoned', #tickets)
+  end
+  return line
+end
+
 -- The waiting line: waiters that stopped heartbeating leave it, so a dead process never blocks it
 -- for long. A lapsed waiter (only starved of CPU, perhaps) keeps its ticket for two of its own TTLs
 -- (its claim), in case it comes back. When no script served the line for longer than a waiter's
@@ -511,6 +539,9 @@ local function read_line(now, cfg, st, caller)
   for i = 1, #stale, 2 do
     tokens[#tokens + 1] = stale[i]
     deadlines[#deadlines + 1] = tonumber(stale[i + 1])
+  end
+  if cfg.room then
+    return abandon_stale(line, st, tokens)
   end
   -- Still in line or not: ZSCORE per waiter (ZMSCORE would read them at once, but needs Redis 6.2).
   local ranks, requests = {}, {}
@@ -641,7 +672,7 @@ end
 -- when the lease does, not at its next heartbeat. Leases of a waiter TTL (this call's setting) or
 -- longer are left to the heartbeat: the common hand-off (on a claim, then renewed) reads nothing more.
 local function alert_head(ctx, line, cfg)
-  if not ctx.granted_end or line.waiting <= 0 or ctx.granted_end - ctx.now >= cfg.waiter_ttl then
+  if cfg.room or not ctx.granted_end or line.waiting <= 0 or ctx.granted_end - ctx.now >= cfg.waiter_ttl then
     return
   end
   for head in each_head(line, 1) do
@@ -685,6 +716,15 @@ local function serve_line(ctx, line, cfg)
       return false
     elseif head.token == ctx.caller then
       return true
+    elseif cfg.room then
+      -- A visitor let in while away from its page holds the place until its abandon time, when it would
+      -- have lost its place in line anyway, whatever the lease (a lease shorter than a refresh would end
+      -- the visit before its next poll); its next request renews the visit (room.lua). No note: a
+      -- browser waits on no wake list.
+      local until_abandoned = (tonumber(redis.call('ZSCORE', K.alive, head.token)) or ctx.now) - ctx.now
+      grant(ctx, head.token, 1, math.max(until_abandoned, 1), r.hold, r.nonce, r.meta, '1')
+      leave_line(line, head.token)
+      count(ctx.st, 'admitted')
     else
       local fence, deadline = grant(ctx, head.token, r.weight, math.min(r.lease, waiter_ttl(r, cfg)), r.hold, r.nonce,
                                     r.meta, r.weight_text)

@@ -47,6 +47,23 @@ def adaptive_line(row: dict[str, Any]) -> str:
     return line + f", moved {ago} ago: {a['reason']}"
 
 
+def room_line(name: str, room: dict[str, Any]) -> str:
+    """One waiting room: who is inside and in line, how fast it moves, and since when each is counted."""
+    now = room["now_ms"]
+    since = room["since_ms"]
+    window = duration(max(now - since["admitted_per_minute"], 0) / 1000)
+    line = (
+        f"# {name}: waiting room, {room['inside']} inside, {room['waiting']} in line, "
+        f"{room['admitted_per_minute']:g} let in a minute (last {window})"
+    )
+    if room["waiting"]:
+        eta = room["eta_last_seconds"]
+        line += ", the last in line waits " + ("an unknown time" if eta is None else f"about {duration(eta)}")
+    line += f", {room['abandoned']} places abandoned in {duration(max(now - since['abandoned'], 0) / 1000)}"
+    flags = [flag for flag, on in (("paused", room["paused"]), ("queue-all", room["queue_all"])) if on]
+    return for_terminal(line + ("; " + ", ".join(flags) if flags else ""))
+
+
 INTERVAL_ERROR = f"--interval must be a number of seconds above 0, at most {MAX_INTERVAL:g}, in the digits 0-9"
 COUNT_ERROR = "--count must be 1 or more, in the digits 0-9"
 
@@ -189,6 +206,8 @@ class Command(BaseCommand):
         for s in semaphores:
             if s.get("adaptive"):
                 self.stdout.write(for_terminal(adaptive_line(s)))
+            if s.get("room"):
+                self.stdout.write(room_line(s["name"], s["room"]))
         if dry:
             self.stdout.write("WOULD REJECT: dry-run only; these requests found no permit and ran anyway.")
         if any(s["keyed"] for s in semaphores):

@@ -1,0 +1,212 @@
+-- A waiting room (a semaphore whose configuration ends with " room", see common.lua): one visitor's
+-- request, and the operators' side (its figures, letting the next visitors in, queueing every new one).
+-- A visitor holds one permit for its whole visit and renews it with each request; one who finds the room
+-- full waits in the semaphore's line, asking again every few seconds, and is let in only when fewer than
+-- (limit - inside) visitors are ahead of it. Position is a rank in the line (ZRANK), never a scan.
+--
+-- KEYS[1..7] the semaphore (see common.lua)
+-- KEYS[8] room HASH  admission samples, one per SAMPLE_MS at most in SLOTS slots (s0..s30 =
+--         "sampled_at_ms|admitted|walked_in": the state's counters then: visitors let in, and those of them
+--         let in without waiting), and since (ms: when the room first counted); kept for good, like a
+--         whole semaphore's state
+-- ARGV[1] the semaphore's configuration (see common.lua); a room's, or the call is refused
+-- ARGV[2] what to do, with its fields separated by spaces:
+--         'visit <token> <lease_ms> <hold_ms>': one request of the visitor <token> (the identity its signed
+--           ticket carries): inside, its visit lasts until now + lease_ms (never past admitted + hold_ms;
+--           0: no bound); let in, its visit starts; else it keeps (or takes, at the back) a place in line,
+--           which it loses when it asks nothing for the abandon time
+--         'figures': the room's figures only (serving the line with whatever ended, as status does)
+--         'let_in <n>': the next n visitors in line are let in, whatever the limit (an operator's choice)
+--         'queue_all <0|1>': 1: every new visitor waits in line, even when there is room; 0: back to normal
+-- ARGV[3] holder metadata for a visit (JSON written by the client, stored verbatim), else ''
+--
+-- Reply: {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, position, window_admitted,
+--         window_from_line, window_ms, queue_all, admitted, abandoned, since_ms, let_in, vanished}
+--   code (visit) 1 let in now, 2 already inside (its visit renewed), 3 in line; 0 for the other actions
+--   position: the people ahead of the visitor in line + 1, abandoned places purged first; 0 when inside
+--   window_admitted, window_from_line, window_ms: visitors let in over the last 5 minutes (back to the
+--     oldest sample in them), those of them let in from the line (the rate the line moves at, which an
+--     estimated wait divides by: visitors who walked into a room with space say nothing of it), and the
+--     window's length (0: no sample yet)
+--   queue_all 1 or 0; admitted and abandoned: the state's counters, counted since since_ms
+--   let_in: how many 'let_in' let in; vanished: common.lua's `context` report, '' when none
+local SAMPLE_MS = 10000
+local SLOTS = 31
+local WINDOW_MS = 300000
+local FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak', 'sampled_at',
+                'rejected', 'ticket', 'admitted', 'walked_in', 'abandoned', 'queue_all'}
+local SAMPLE_FIELDS = {'since'}
+for slot = 0, SLOTS - 1 do
+  SAMPLE_FIELDS[slot + 2] = 's' .. slot
+end
+
+local cfg = read_config(ARGV[1])
+if not cfg.room then
+  fail('room needs a waiting room configuration, not ' .. tostring(ARGV[1]))
+end
+local action, first, second, third = string.match(ARGV[2] or '', '^(%S+) ?(%S*) ?(%S*) ?(%S*)$')
+local token, lease, hold, wanted
+if action == 'visit' then
+  token = token_arg(first, 'token')
+  lease = int_arg(second, 'lease', 1, MAX_MS)
+  hold = int_arg(third, 'max hold', 0, MAX_MS)
+elseif action == 'let_in' then
+  wanted = int_arg(first, 'visitors let in', 1, MAX_LIMIT)
+elseif action == 'queue_all' then
+  if first ~= '0' and first ~= '1' then
+    fail("queue_all takes '0' or '1'")
+  end
+elseif action ~= 'figures' then
+  fail("room action must be 'visit', 'figures', 'let_in' or 'queue_all', not " .. tostring(action))
+end
+local meta = ARGV[3] or ''
+
+local now, now_text = server_now_ms()
+local st, line, ctx = open_semaphore(cfg, now, now_text, token, FIELDS)
+local queue_all = st.queue_all == '1'
+
+-- The admission rate: the state's `admitted` counter sampled every SAMPLE_MS by whichever call comes
+-- first in that time; the window reaches back to the oldest sample of the last WINDOW_MS.
+local samples = redis.call('HMGET', KEYS[8], unpack(SAMPLE_FIELDS))
+local admitted_before = tonumber(st.admitted) or 0
+local walked_before = tonumber(st.walked_in) or 0
+local oldest_at, oldest_admitted, oldest_walked
+for i = 2, #SAMPLE_FIELDS do
+  local at, admitted, walked = string.match(samples[i] or '', '^(%d+)|(%d+)|(%d+)$')
+  at = tonumber(at)
+  if at and at > now - WINDOW_MS and at <= now and (not oldest_at or at < oldest_at) then
+    oldest_at, oldest_admitted, oldest_walked = at, tonumber(admitted), tonumber(walked)
+  end
+end
+local bucket = math.floor(now / SAMPLE_MS)
+local current = tonumber(string.match(samples[bucket % SLOTS + 2] or '', '^(%d+)|'))
+if not current or current < bucket * SAMPLE_MS or current > now then
+  add('HSET', KEYS[8], 's' .. (bucket % SLOTS), now_text .. '|' .. int_text(admitted_before) .. '|'
+      .. int_text(walked_before))
+end
+local since = tonumber(samples[1])
+if not since then
+  since = now
+  add('HSET', KEYS[8], 'since', now_text)
+end
+
+local let_in = 0
+local function reply(code, fence, deadline, position)
+  sample(ctx, cfg, line.waiting)
+  settle(ctx)
+  commit(st, cfg, now)
+  local admitted = plan.state.admitted or admitted_before
+  local walked = plan.state.walked_in or walked_before
+  local window_admitted, window_from_line, window_ms = 0, 0, 0
+  if oldest_at and admitted >= oldest_admitted and walked >= oldest_walked then
+    window_admitted, window_ms = admitted - oldest_admitted, now - oldest_at
+    window_from_line = math.max(window_admitted - (walked - oldest_walked), 0)
+  end
+  local abandoned = plan.state.abandoned or tonumber(st.abandoned) or 0
+  return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, position, window_admitted, window_from_line,
+          window_ms, queue_all and 1 or 0, admitted, abandoned, since, let_in, ctx.vanished or ''}
+end
+
+if action ~= 'visit' then
+  if action == 'let_in' then
+    -- The next `wanted` in line, whatever the limit: the line's own protocol, with that much room.
+    local limit = ctx.limit
+    ctx.limit = ctx.used + math.min(wanted, line.waiting)
+    local before = ctx.granted
+    serve_line(ctx, line, cfg)
+    let_in = ctx.granted - before
+    ctx.limit = limit
+  else
+    if action == 'queue_all' then
+      queue_all = first == '1'
+      set_state('queue_all', first)
+    end
+    serve_line(ctx, line, cfg)
+  end
+  return reply(0, 0, 0, 0)
+end
+
+-- Inside: the visit goes on (never shorter than it was: another tab of the visitor may count on it).
+local held = redis.call('ZSCORE', K.holders, token)
+if held and tonumber(held) > now then
+  local info = parse_info(redis.call('HGET', K.info, token))
+  local deadline = math.max(now + lease, tonumber(held))
+  if info.hold_until > 0 and deadline > info.hold_until then
+    deadline = info.hold_until
+  end
+  if deadline > tonumber(held) then
+    add('ZADD', K.holders, 'XX', deadline, token)
+  end
+  outlive(deadline)
+  count(st, 'acquired')
+  serve_line(ctx, line, cfg)
+  return reply(2, tonumber(info.fence), deadline, 0)
+end
+
+local rank = nil
+if line.raw > 0 and not line.dead[token] then
+  rank = redis.call('ZRANK', K.queue, token)
+end
+-- Its turn (fewer than limit - inside ahead of it: serve_line lets them in, in order, and reaches it), or,
+-- new, nobody waits and there is room (unless every new visitor must wait).
+local its_turn = serve_line(ctx, line, cfg)
+local fits
+if rank then
+  fits = its_turn
+else
+  fits = not queue_all and line.waiting == 0 and ctx.used < ctx.limit
+end
+
+if fits then
+  if rank then
+    leave_line(line, token)
+  end
+  local fence, deadline = grant(ctx, token, 1, lease, hold, '', meta, '1')
+  count(st, 'acquired')
+  count(st, 'admitted')
+  if not rank then
+    count(st, 'walked_in')
+  end
+  ctx.caller = nil
+  serve_line(ctx, line, cfg)
+  return reply(1, fence, deadline, 0)
+end
+
+count(st, 'rejected')
+local position
+if rank then
+  -- People ahead: its rank, less those who left the line ahead of it in this call (let in by serve_line,
+  -- which stops at the caller, or abandoned).
+  local ahead = rank - ctx.granted
+  if #(line.abandoned or NONE) > 0 then
+    local mine = tonumber(redis.call('ZSCORE', K.queue, token))
+    for _, ticket in ipairs(line.abandoned) do
+      if ticket < mine then
+        ahead = ahead - 1
+      end
+    end
+  end
+  position = ahead + 1
+  add('ZADD', K.alive, 'XX', now + cfg.waiter_ttl, token)
+else
+  -- A newcomer, or a visitor who lost its place (abandoned, its visit over): the next ticket, at the back.
+  local ticket = (tonumber(field(st, 'ticket')) or 0) + 1
+  set_state('ticket', ticket)
+  if line.raw == 0 then
+    created(K.queue)
+    created(K.alive)
+    created(K.qweight)
+    set_state('seen_at', now)
+  end
+  keep(K.queue, token)
+  keep(K.alive, token)
+  keep(K.qweight, token)
+  add('ZADD', K.queue, ticket, token)
+  add('HSET', K.qweight, token, '1|' .. lease .. '|' .. int_text(cfg.waiter_ttl * 2) .. '|' .. hold .. '|'
+      .. ticket .. '||' .. meta)
+  add('ZADD', K.alive, now + cfg.waiter_ttl, token)
+  position = line.waiting + 1
+  line.waiting = line.waiting + 1
+end
+outlive(now + cfg.waiter_ttl)
+return reply(3, 0, 0, position)

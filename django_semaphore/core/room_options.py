@@ -1,0 +1,183 @@
+"""A waiting room's settings: ``"waiting_room": True`` or a dict on a ``SEMAPHORES`` entry.
+
+A semaphore with a waiting room counts visitors, not requests: a visitor let
+in holds one permit for as long as they keep making requests (plus ``lease``),
+and a visitor who finds it full waits in the semaphore's first-come,
+first-served line, asking again every ``refresh`` seconds, until their turn
+(docs/guides/waiting-room.md). This module is the option's shape: its
+defaults, its checks (``django_semaphore.E020``, with the semaphore options a
+room cannot work with) and the parsed ``RoomOptions`` the engine and the
+request path read. It knows nothing of requests: what the request path does
+with ``status``, ``template``, the bypass rules and the cookie is in ``web/``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Every key of a waiting_room dict (reference/settings.md); any other is E018.
+ROOM_OPTIONS = (
+    "refresh",
+    "abandon",
+    "status",
+    "template",
+    "bypass_paths",
+    "bypass_methods",
+    "bypass_permission",
+    "cookie",
+)
+DEFAULT_REFRESH = 10.0
+# A waiter who asks nothing for this many refresh intervals has left the line.
+ABANDON_REFRESHES = 3
+DEFAULT_STATUS = 503
+DEFAULT_TEMPLATE = "django_semaphore/waiting_room.html"
+DEFAULT_PERMISSION = "django_semaphore.bypass_waiting_room"
+COOKIE_PREFIX = "semaphore_room_"
+# A room's visit lasts this long after the visitor's last response when the entry sets no `lease`.
+DEFAULT_VISIT_LEASE = 300.0
+MAX_SECONDS = 10 * 365 * 86400
+# Statuses whose responses have no body: a queue page must have one.
+BODYLESS = (204, 205, 304)
+# RFC 6265's cookie-name (an RFC 7230 token).
+COOKIE_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,100}$")
+METHOD = re.compile(r"^[A-Za-z]{1,20}$")
+PERMISSION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class RoomOptions:
+    """One semaphore's waiting room, every default filled in."""
+
+    refresh: float = DEFAULT_REFRESH
+    abandon: float = DEFAULT_REFRESH * ABANDON_REFRESHES
+    status: int = DEFAULT_STATUS
+    template: str = DEFAULT_TEMPLATE
+    bypass_paths: tuple[str, ...] = ()
+    bypass_methods: tuple[str, ...] = ()
+    bypass_permission: str | None = DEFAULT_PERMISSION
+    cookie: str = ""
+
+    @classmethod
+    def from_option(cls, name: str, value: object) -> RoomOptions | None:
+        """The room ``value`` (the entry's ``waiting_room``) declares; None for False or None. Checked first."""
+        if value is None or value is False:
+            return None
+        spec: Mapping[str, Any] = value if isinstance(value, Mapping) else {}
+        refresh = float(spec.get("refresh", DEFAULT_REFRESH))
+        return cls(
+            refresh=refresh,
+            abandon=float(spec.get("abandon", refresh * ABANDON_REFRESHES)),
+            status=spec.get("status", DEFAULT_STATUS),
+            template=spec.get("template", DEFAULT_TEMPLATE),
+            bypass_paths=_strings(spec.get("bypass_paths")),
+            bypass_methods=tuple(method.upper() for method in _strings(spec.get("bypass_methods"))),
+            bypass_permission=spec.get("bypass_permission", DEFAULT_PERMISSION),
+            cookie=spec.get("cookie") or COOKIE_PREFIX + name,
+        )
+
+    @property
+    def retry_after(self) -> int:
+        """Retry-After of a queue page: the refresh interval, in whole seconds."""
+        return max(math.ceil(self.refresh), 1)
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)  # type: ignore[arg-type]
+
+
+def _seconds(value: object) -> bool:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    return math.isfinite(value) and 0 < value <= MAX_SECONDS
+
+
+def room_problems(name: object, options: Mapping[str, Any]) -> list[str]:
+    """E020: everything wrong with the entry's ``waiting_room``, or with the entry for a room; [] without one."""
+    value = options.get("waiting_room")
+    if value is None or value is False:
+        return []
+    where = f"SEMAPHORES[{name!r}]['waiting_room']"
+    if value is not True and not isinstance(value, Mapping):
+        return [f"{where} must be True, False or a dict of the room's options (got {value!r})."]
+    problems = _incompatible(name, options)
+    spec: Mapping[str, Any] = value if isinstance(value, Mapping) else {}
+    refresh = spec.get("refresh", DEFAULT_REFRESH)
+    if not _seconds(refresh):
+        problems.append(f"{where}['refresh'] must be a number of seconds > 0 (got {refresh!r}).")
+    if "abandon" in spec:
+        abandon = spec["abandon"]
+        if not _seconds(abandon):
+            problems.append(f"{where}['abandon'] must be a number of seconds > 0 (got {abandon!r}).")
+        elif _seconds(refresh) and abandon <= refresh:
+            problems.append(
+                f"{where}['abandon'] ({abandon}) must be longer than 'refresh' ({refresh}): every waiter would "
+                "lose its place between two of its own polls."
+            )
+    status = spec.get("status", DEFAULT_STATUS)
+    if not isinstance(status, int) or isinstance(status, bool) or not 200 <= status <= 599 or status in BODYLESS:
+        problems.append(
+            f"{where}['status'] must be an HTTP status from 200 to 599 whose response has a body (got {status!r})."
+        )
+    template = spec.get("template", DEFAULT_TEMPLATE)
+    if not isinstance(template, str) or not template:
+        problems.append(f"{where}['template'] must be a template name (got {template!r}).")
+    paths = spec.get("bypass_paths")
+    if paths is not None and not isinstance(paths, (str, list, tuple)):
+        problems.append(f"{where}['bypass_paths'] must be a regex or a list of them (got {paths!r}).")
+    else:
+        for pattern in _strings(paths):
+            try:
+                re.compile(pattern)
+            except (re.error, TypeError) as exc:
+                problems.append(f"{where}['bypass_paths'] {pattern!r} is not a regular expression: {exc}.")
+    methods = spec.get("bypass_methods")
+    if methods is not None and (
+        not isinstance(methods, (str, list, tuple))
+        or not all(isinstance(m, str) and METHOD.match(m) for m in _strings(methods))
+    ):
+        problems.append(f"{where}['bypass_methods'] must be a list of HTTP methods such as 'POST' (got {methods!r}).")
+    permission = spec.get("bypass_permission", DEFAULT_PERMISSION)
+    if permission is not None and not (isinstance(permission, str) and PERMISSION.match(permission)):
+        problems.append(
+            f"{where}['bypass_permission'] must be None or a permission as 'app_label.codename' (got {permission!r})."
+        )
+    cookie = spec.get("cookie")
+    if cookie is not None and not (isinstance(cookie, str) and COOKIE_NAME.match(cookie)):
+        problems.append(
+            f"{where}['cookie'] must be a cookie name: letters, digits and !#$%&'*+-.^_`|~ (got {cookie!r})."
+        )
+    return problems
+
+
+def _incompatible(name: object, options: Mapping[str, Any]) -> list[str]:
+    """The entry's options a room cannot honour: it counts one visitor per ticket, in one fair line, site-wide."""
+    where = f"SEMAPHORES[{name!r}]"
+    problems = []
+    if options.get("key") is not None:
+        problems.append(f"{where} has a waiting room and a 'key': a room is one line for the whole site.")
+    weight = options.get("weight", 1)
+    if weight != 1 or isinstance(weight, bool):
+        problems.append(f"{where} has a waiting room and a 'weight' of {weight!r}: a visitor takes one place.")
+    wait = options.get("wait", 0)
+    if isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait > 0:
+        problems.append(
+            f"{where} has a waiting room and a 'wait' of {wait!r}: visitors wait in the room, not in a request."
+        )
+    if options.get("fair", True) is False:
+        problems.append(f"{where} has a waiting room and 'fair': False: a room's line is first come, first served.")
+    if isinstance(options.get("limit"), Mapping):
+        problems.append(f"{where} has a waiting room and an adaptive limit: a room's limit counts visitors, fixed.")
+    if options.get("replicas", 0) not in (0, None):
+        problems.append(f"{where} has a waiting room and 'replicas': visits are not confirmed by replicas.")
+    return problems
+
+
+def has_room(options: object) -> bool:
+    """The entry declares a waiting room (whatever is wrong with it: E020 says)."""
+    return isinstance(options, Mapping) and options.get("waiting_room") not in (None, False)

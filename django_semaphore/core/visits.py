@@ -1,0 +1,230 @@
+"""A waiting room in Redis: one visitor's request, and the operators' figures and actions.
+
+Each is one call of ``core/lua/room.lua`` (one round trip), on the
+semaphore's own keys: the visitors inside are its holders (one permit each,
+renewed by every request and, at the end of each response, by ``Permit.renew``),
+the visitors waiting are its first-come, first-served line, and a waiter who
+asks nothing for the room's ``abandon`` time loses its place. This module
+knows nothing of requests or tickets: ``web/visits.py`` turns a request into a
+visitor's token and a reply into an answer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import connection, signals, vanished
+from .calls import holder_metadata
+from .conf import MAX_LIMIT
+from .permit import Permit
+from .replies import _text
+from .semaphore import Semaphore
+
+# room.lua's reply codes for a visit.
+LET_IN, INSIDE, IN_LINE = 1, 2, 3
+# What the rate of admissions needs before it says anything (eta_seconds is null until then).
+MIN_ADMISSIONS = 2
+# A window shorter than this (a room just opened) is taken as this long: two visitors let in a millisecond
+# apart are no rate of a thousand a second.
+MIN_WINDOW_MS = 1000
+
+
+@dataclass(frozen=True)
+class RoomReply:
+    """What room.lua answered: one visit's outcome and the room's figures as the server saw them."""
+
+    code: int
+    fence: int
+    lease_deadline_ms: int
+    used: int
+    limit: int
+    waiting: int
+    now_ms: int
+    position: int
+    window_admitted: int
+    window_from_line: int
+    window_ms: int
+    queue_all: bool
+    admitted: int
+    abandoned: int
+    since_ms: int
+    let_in: int
+    vanished: str
+
+    @classmethod
+    def parse(cls, reply: list[Any]) -> RoomReply:
+        n = [int(value) for value in reply[:16]]
+        return cls(
+            code=n[0],
+            fence=n[1],
+            lease_deadline_ms=n[2],
+            used=n[3],
+            limit=n[4],
+            waiting=n[5],
+            now_ms=n[6],
+            position=n[7],
+            window_admitted=n[8],
+            window_from_line=n[9],
+            window_ms=n[10],
+            queue_all=bool(n[11]),
+            admitted=n[12],
+            abandoned=n[13],
+            since_ms=n[14],
+            let_in=n[15],
+            vanished=_text(reply[16]) if len(reply) > 16 else "",
+        )
+
+    @property
+    def inside(self) -> bool:
+        """The visitor is inside: let in by this request, or already."""
+        return self.code in (LET_IN, INSIDE)
+
+    @property
+    def paused(self) -> bool:
+        return self.limit == 0
+
+    @property
+    def window_seconds(self) -> float:
+        """The length of the window the rates are measured on (at most 5 minutes; at least one second)."""
+        return max(self.window_ms, MIN_WINDOW_MS) / 1000
+
+    @property
+    def per_minute(self) -> float:
+        """Visitors let in per minute over the window, from the line or straight in."""
+        return round(self.window_admitted * 60 / self.window_seconds, 2) if self.window_ms > 0 else 0.0
+
+    @property
+    def per_second(self) -> float | None:
+        """Visitors let in from the line per second over the window; None until 2 were.
+
+        Visitors who walked into a room with space say nothing of how fast
+        the line moves: counted in, they would make an opening burst promise
+        the first in line a wait of seconds.
+        """
+        if self.window_from_line < MIN_ADMISSIONS or self.window_ms <= 0:
+            return None
+        return self.window_from_line / self.window_seconds
+
+    @property
+    def window_start_ms(self) -> int:
+        """Where the admission rate's window starts (the server's clock, ms)."""
+        return self.now_ms - self.window_ms
+
+    def eta_seconds(self, ahead: int) -> float | None:
+        """The wait of someone with ``ahead`` people ahead: ahead / admissions per second.
+
+        None while the rate is unknown, and while the room is paused (limit
+        0): nobody is let in until an operator resumes it, whatever the
+        rate was.
+        """
+        rate = self.per_second
+        if rate is None or self.paused:
+            return None
+        return round(max(ahead, 0) / rate, 1)
+
+
+def _run(sem: Semaphore, action: str, metadata: bytes = b"") -> RoomReply:
+    reply = RoomReply.parse(connection.run(sem.calls.room(action, metadata), sem.name, sem.partition))
+    vanished.report_reply(sem.name, sem.partition, reply.vanished or None)
+    return reply
+
+
+async def _arun(sem: Semaphore, action: str, metadata: bytes = b"") -> RoomReply:
+    reply = RoomReply.parse(await connection.arun(sem.calls.room(action, metadata), sem.name, sem.partition))
+    vanished.report_reply(sem.name, sem.partition, reply.vanished or None)
+    return reply
+
+
+def _room(sem: Semaphore) -> None:
+    if sem.config.room is None:
+        raise ValueError(f"Semaphore {sem.name!r} has no waiting room (set 'waiting_room' in its SEMAPHORES entry).")
+
+
+def _visit_action(sem: Semaphore, token: str) -> str:
+    config = sem.config
+    hold_ms = 0 if config.max_hold is None else max(int(config.max_hold * 1000), 1)
+    return f"visit {token} {max(int(config.lease * 1000), 1)} {hold_ms}"
+
+
+def visit(sem: Semaphore, token: str, label: str = "") -> tuple[RoomReply, Permit | None]:
+    """One request of the visitor ``token``: the reply, and the visit's permit when the visitor is inside.
+
+    The permit renews the visit (``renew``: ``lease`` from now, the end of a
+    response) or ends it (``release``: the next in line is let in).
+    """
+    _room(sem)
+    sent = time.monotonic()
+    reply = _run(sem, _visit_action(sem, token), holder_metadata(label, None))
+    return reply, _visited(sem, token, reply, sent)
+
+
+async def avisit(sem: Semaphore, token: str, label: str = "") -> tuple[RoomReply, Permit | None]:
+    """``visit`` on the asyncio client."""
+    _room(sem)
+    sent = time.monotonic()
+    reply = await _arun(sem, _visit_action(sem, token), holder_metadata(label, None))
+    return reply, _visited(sem, token, reply, sent)
+
+
+def _visited(sem: Semaphore, token: str, reply: RoomReply, sent: float) -> Permit | None:
+    """Signal the request's outcome (one attempt each: acquired inside, rejected in line); the visit's permit."""
+    common: dict[str, Any] = {"name": sem.name, "partition": None}
+    if not reply.inside:
+        retry = sem.config.room.retry_after if sem.config.room else 1
+        signals.emit(
+            signals.semaphore_rejected, retry_after=retry, waited=0.0, used=reply.used, limit=reply.limit, **common
+        )
+        return None
+    signals.emit(signals.semaphore_acquired, token=token, fence=reply.fence, weight=1, waited=0.0, **common)
+    return Permit(
+        name=sem.name,
+        partition=None,
+        calls=sem.calls,
+        token=token,
+        fence=reply.fence,
+        weight=1,
+        lease=sem.config.lease,
+        lease_deadline_ms=reply.lease_deadline_ms,
+        expires_at=sent + max(reply.lease_deadline_ms - reply.now_ms, 0) / 1000,
+    )
+
+
+def figures(sem: Semaphore) -> RoomReply:
+    """The room's figures now (the line served with whatever ended, as a status read does)."""
+    _room(sem)
+    return _run(sem, "figures")
+
+
+def let_in(sem: Semaphore, count: int) -> RoomReply:
+    """Let the next ``count`` visitors in line in, whatever the limit; ``let_in`` says how many there were."""
+    _room(sem)
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_LIMIT:
+        raise ValueError(
+            f"The number of visitors to let in must be a whole number from 1 to {MAX_LIMIT}, not {count!r}."
+        )
+    return _run(sem, f"let_in {count}")
+
+
+def queue_all(sem: Semaphore, on: bool) -> RoomReply:
+    """Every new visitor waits in line even when there is room (``on``), or no longer."""
+    _room(sem)
+    return _run(sem, f"queue_all {int(bool(on))}")
+
+
+def _ended(reply: Any) -> bool:
+    """release.lua's reply: 1 (or a list starting with 1) when the token held a permit, now given back."""
+    first = reply[0] if isinstance(reply, list) else reply
+    return bool(int(first))
+
+
+def end(sem: Semaphore, token: str) -> bool:
+    """End the visit of ``token`` now (the next in line is let in); False when it was not inside."""
+    _room(sem)
+    return _ended(connection.run(sem.calls.release(token), sem.name, sem.partition))
+
+
+async def aend(sem: Semaphore, token: str) -> bool:
+    _room(sem)
+    return _ended(await connection.arun(sem.calls.release(token), sem.name, sem.partition))

@@ -1,0 +1,117 @@
+"""A waiting room's own answers: the queue page, its JSON, and "come in" to the page's poll.
+
+A visitor in line gets the room's ``status`` (503 by default) with
+``Retry-After`` = the refresh interval in whole seconds, so a crawler reads
+"come back later", and ``Cache-Control: no-store``, so no cache between the
+site and the browser keeps one visitor's place for another. A client that
+prefers JSON to HTML (the 503's negotiation) gets exactly
+``{"position", "eta_seconds", "refresh_seconds", "updated_at"}``; a browser
+gets the template (``django_semaphore/waiting_room.html``, or the room's
+``template``), which works without JavaScript and, with it, asks again by
+itself (``static/django_semaphore/js/waiting_room.js``).
+
+The page's script sends ``Semaphore-Room: poll`` with its requests: when the
+visitor's turn has come, such a request is answered ``204 No Content`` (the
+visit begins, the view does not run), and the script loads the page again,
+which the view now answers. Any other request of a visitor let in runs the
+view.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from datetime import timezone as dt_timezone
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.template import loader
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
+from ..core.room_options import RoomOptions
+from ..core.visits import RoomReply
+
+# The header of the page's own polls (request), and of a view ending the visit (response).
+HEADER = "Semaphore-Room"
+POLL, END = "poll", "end"
+# On every answer to a visitor in line: "1" while admission is paused (the JSON keeps its four keys).
+PAUSED_HEADER = "Semaphore-Room-Paused"
+_OFFERED = ["text/html", "application/json"]
+
+
+def prefers_json(request: HttpRequest) -> bool:
+    """The client prefers JSON to HTML (what the 503 asks too: an app, a script, ``fetch``)."""
+    return request.get_preferred_type(_OFFERED) == "application/json"
+
+
+def is_poll(request: HttpRequest) -> bool:
+    """A request of the queue page's own script, which loads the page itself once it is let in."""
+    return request.headers.get(HEADER, "").strip().lower() == POLL
+
+
+def eta_text(seconds: float | None) -> str:
+    """An estimated wait as a person reads it: rounded up, never more precise than it is."""
+    if seconds is None:
+        return _("unknown")
+    if seconds < 60:
+        return _("less than a minute")
+    minutes = math.ceil(seconds / 60)
+    if minutes < 90:
+        return ngettext("about %(count)d minute", "about %(count)d minutes", minutes) % {"count": minutes}
+    hours = math.ceil(minutes / 60)
+    return ngettext("about %(count)d hour", "about %(count)d hours", hours) % {"count": hours}
+
+
+def updated_at(reply: RoomReply) -> datetime:
+    """When the server answered (its own clock), as an aware datetime."""
+    return datetime.fromtimestamp(reply.now_ms / 1000, dt_timezone.utc)
+
+
+def status_document(reply: RoomReply, options: RoomOptions) -> dict[str, Any]:
+    """The JSON a client waiting its turn reads: these four keys, always."""
+    return {
+        "position": reply.position,
+        "eta_seconds": reply.eta_seconds(reply.position - 1),
+        "refresh_seconds": options.refresh,
+        "updated_at": updated_at(reply).isoformat(timespec="seconds"),
+    }
+
+
+def queue_answer(request: HttpRequest, name: str, options: RoomOptions, reply: RoomReply) -> HttpResponse:
+    """The answer to a request of a visitor in line (its ticket is set by the caller)."""
+    document = status_document(reply, options)
+    if prefers_json(request):
+        response = HttpResponse(json.dumps(document), content_type="application/json", status=options.status)
+    else:
+        context = {
+            "room": name,
+            "position": reply.position,
+            "ahead": max(reply.position - 1, 0),
+            "eta_seconds": document["eta_seconds"],
+            "eta": eta_text(document["eta_seconds"]),
+            "refresh_seconds": options.refresh,
+            "refresh_ms": max(int(options.refresh * 1000), 100),
+            "refresh_whole": options.retry_after,
+            "updated_at": document["updated_at"],
+            "updated": timezone.localtime(updated_at(reply)),
+            "paused": reply.paused,
+            "poll_header": HEADER,
+            "poll_value": POLL,
+        }
+        body = loader.render_to_string(options.template, context, request)
+        response = HttpResponse(body, status=options.status)
+    response["Retry-After"] = str(options.retry_after)
+    response[PAUSED_HEADER] = "1" if reply.paused else "0"
+    add_never_cache_headers(response)
+    return response
+
+
+def come_in() -> HttpResponse:
+    """The answer to the page's poll once its visitor is let in: no content; the page loads itself again."""
+    response = HttpResponse(status=204)
+    add_never_cache_headers(response)
+    return response

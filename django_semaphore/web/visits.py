@@ -1,0 +1,281 @@
+"""A request's visit of a waiting room: who passes by, which visitor it is, and what it is answered.
+
+``web/admission.py`` asks here for a room's semaphore instead of taking a
+permit: ``bypassed`` (static files, the room's paths and methods, staff and
+users with its permission: neither queued nor counted), then ``visit`` (the
+request's ticket read, its visitor's request run on the room: core/visits.py).
+The ``Visit`` it returns is what the request carries (``request.semaphore.room``):
+
+- inside, the view runs; at the end of the response the visit is renewed
+  (``lease`` from then) or, if the view sent ``Semaphore-Room: end`` or called
+  ``end_visit``, ended, so the next in line is let in. The header is taken off
+  before the response leaves;
+- in line, the room answers (``answer``: the queue page or its JSON, web/room_page.py);
+- a poll of the queue page's script whose visitor was just let in gets "come
+  in" (204) instead of the view.
+
+Every answer to a room's request carries its ticket (web/room_tickets.py),
+set or refreshed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, HttpResponseBase
+
+from ..core import visits
+from ..core.errors import BackendUnavailable
+from ..core.failure_policy import agive_back, give_back
+from ..core.permit import Permit
+from ..core.renewal import renewer
+from ..core.room_options import RoomOptions
+from ..core.semaphore import Semaphore, get_semaphore
+from ..core.visits import RoomReply
+from . import room_page, room_tickets
+from .response_log import log_answer
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+logger = logging.getLogger("django_semaphore.requests")
+LABEL_LIMIT = 200
+
+
+@dataclass
+class Visit:
+    """One request's visit of one room: the visitor, what the room answered, and the visit's permit if inside."""
+
+    name: str
+    options: RoomOptions
+    lease: float
+    visitor: str
+    reply: RoomReply
+    permit: Permit | None = None
+    poll: bool = False
+    # The request came over HTTPS: its ticket is a Secure cookie.
+    secure: bool = False
+    # The visit ends with this response (Semaphore-Room: end), or ended already (end_visit).
+    ending: bool = False
+    _dressed: bool = field(default=False, repr=False)
+    _closed: bool = field(default=False, repr=False)
+
+    @property
+    def inside(self) -> bool:
+        return self.reply.inside
+
+    @property
+    def position(self) -> int:
+        """People ahead in line + 1; 0 when inside."""
+        return self.reply.position
+
+    @property
+    def eta_seconds(self) -> float | None:
+        return None if self.inside else self.reply.eta_seconds(self.position - 1)
+
+    @property
+    def answers(self) -> bool:
+        """The room answers the request itself, not the view: "come in" to the page's poll."""
+        return self.poll and self.inside
+
+    def answer(self, request: HttpRequest) -> HttpResponseBase:
+        """The room's own answer: the queue page (or its JSON) in line, "come in" to a poll let in."""
+        if self.inside:
+            response: HttpResponseBase = room_page.come_in()
+        else:
+            response = room_page.queue_answer(request, self.name, self.options, self.reply)
+        self.dress(response)
+        log_answer(request, response)
+        return response
+
+    def dress(self, response: HttpResponseBase) -> None:
+        """The ticket on the response; a view's ``Semaphore-Room: end`` read (and taken off) once."""
+        if self._dressed:
+            return
+        self._dressed = True
+        if response.has_header(room_page.HEADER):
+            if response[room_page.HEADER].strip().lower() == room_page.END:
+                self.ending = True
+            del response[room_page.HEADER]
+        room_tickets.give(response, self.secure, self.name, self.options, self.visitor, self.lease)
+
+    def close(self) -> None:
+        """The response is over: the visit runs ``lease`` from now, or ends (the next in line is let in)."""
+        permit = self._closing()
+        if permit is None:
+            return
+        if self.ending:
+            give_back(permit)  # an outage: retried from the background
+            return
+        try:
+            permit.renew()
+        except BackendUnavailable as exc:
+            logger.warning("The visit of room %r could not be renewed at the end of a response: %s", self.name, exc)
+
+    async def aclose(self) -> None:
+        permit = self._closing()
+        if permit is None:
+            return
+        if self.ending:
+            await agive_back(permit)
+            return
+        try:
+            await permit.arenew()
+        except BackendUnavailable as exc:
+            logger.warning("The visit of room %r could not be renewed at the end of a response: %s", self.name, exc)
+
+    def _closing(self) -> Permit | None:
+        """The visit's permit, once, and no longer renewed from the background; None when there is nothing to do."""
+        if self._closed or self.permit is None:
+            return None
+        self._closed = True
+        renewer.forget(self.permit)
+        return None if self.permit.released else self.permit
+
+    def forget(self) -> None:
+        """A response dropped unclosed, or a hung Redis: stop renewing; the visit ends a lease after its last."""
+        if self.permit is not None:
+            renewer.forget(self.permit)
+
+    def end_now(self) -> bool:
+        """End the visit at once (``end_visit``): True if it was inside."""
+        self.ending = True
+        if self.permit is None or self.permit.released:
+            return False
+        renewer.forget(self.permit)
+        give_back(self.permit)
+        return True
+
+    async def aend_now(self) -> bool:
+        self.ending = True
+        if self.permit is None or self.permit.released:
+            return False
+        renewer.forget(self.permit)
+        await agive_back(self.permit)
+        return True
+
+
+# -- who passes by ----------------------------------------------------------------------------------------
+
+
+def _static_prefix() -> str | None:
+    """The path static files are served under here, if they are (a STATIC_URL on another host is not)."""
+    url = getattr(settings, "STATIC_URL", None)
+    if not url:
+        return None
+    parsed = urlparse(str(url))
+    if parsed.netloc:
+        return None
+    path = parsed.path if parsed.path.startswith("/") else "/" + parsed.path
+    return path if len(path) > 1 else None
+
+
+def _passes_by_request(request: HttpRequest, options: RoomOptions) -> bool:
+    """Static files, and the room's own paths and methods: no queue page ever needs them held."""
+    static = _static_prefix()
+    if static is not None and request.path.startswith(static):
+        return True
+    if request.method in options.bypass_methods:
+        return True
+    return any(re.match(pattern, request.path_info) for pattern in options.bypass_paths)
+
+
+def _passes_by_user(request: HttpRequest, options: RoomOptions) -> bool:
+    """Staff, and users with the room's bypass permission (it reads the session and may query the database)."""
+    user = getattr(request, "user", None)
+    if user is None or not getattr(user, "is_authenticated", False):
+        return False
+    if getattr(user, "is_staff", False):
+        return True
+    return options.bypass_permission is not None and bool(user.has_perm(options.bypass_permission))
+
+
+def bypassed(request: HttpRequest, sem: Semaphore) -> bool:
+    """The request passes the room by: neither queued nor counted."""
+    options = _options(sem)
+    return _passes_by_request(request, options) or _passes_by_user(request, options)
+
+
+async def abypassed(request: HttpRequest, sem: Semaphore) -> bool:
+    """``bypassed``, the user's part in a thread (the session and the permissions are in the database)."""
+    options = _options(sem)
+    if _passes_by_request(request, options):
+        return True
+    return await sync_to_async(_passes_by_user)(request, options)
+
+
+def _options(sem: Semaphore) -> RoomOptions:
+    options = sem.config.room
+    if options is None:
+        raise ValueError(f"Semaphore {sem.name!r} has no waiting room.")
+    return options
+
+
+# -- which visitor, and what the room says ---------------------------------------------------------------
+
+
+def _asked(request: HttpRequest, sem: Semaphore) -> tuple[str, str]:
+    """The request's visitor (its ticket's, or a new one) and the label operators see next to its visit."""
+    visitor = room_tickets.read(request, sem.name, _options(sem)) or room_tickets.new_visitor()
+    return visitor, f"{request.method} {request.path}"[:LABEL_LIMIT]
+
+
+def _visit(request: HttpRequest, sem: Semaphore, visitor: str, reply: RoomReply, permit: Permit | None) -> Visit:
+    visit = Visit(
+        sem.name,
+        _options(sem),
+        sem.config.lease,
+        visitor,
+        reply,
+        permit,
+        poll=room_page.is_poll(request),
+        secure=request.is_secure(),
+    )
+    if permit is not None and not visit.answers:
+        renewer.track(permit)  # a response longer than the lease keeps the visit alive until it is over
+    return visit
+
+
+def visit(request: HttpRequest, sem: Semaphore) -> Visit:
+    """Run the request's visit of the room ``sem`` (one round trip)."""
+    visitor, label = _asked(request, sem)
+    reply, permit = visits.visit(sem, room_tickets.token(visitor), label)
+    return _visit(request, sem, visitor, reply, permit)
+
+
+async def avisit(request: HttpRequest, sem: Semaphore) -> Visit:
+    visitor, label = _asked(request, sem)
+    reply, permit = await visits.avisit(sem, room_tickets.token(visitor), label)
+    return _visit(request, sem, visitor, reply, permit)
+
+
+def dress(response: HttpResponseBase, rooms: Iterable[Visit | None]) -> None:
+    """Every room visit of the request puts its ticket on the response (and reads a view's ``Semaphore-Room``)."""
+    for room in rooms:
+        if room is not None:
+            room.dress(response)
+
+
+def ticketed(request: HttpRequest, names: Iterable[str]) -> list[tuple[Semaphore, str]]:
+    """The rooms (of ``names``) whose valid ticket the request carries, with the visitor's token in each."""
+    found = []
+    for name in names:
+        sem = get_semaphore(name)
+        if sem.config.room is None:
+            continue
+        visitor = room_tickets.read(request, name, sem.config.room)
+        if visitor is not None:
+            found.append((sem, room_tickets.token(visitor)))
+    return found
+
+
+def visits_of(request: HttpRequest) -> list[Visit]:
+    """The room visits this request made (through the decorator or the middleware)."""
+    seen: dict[str, Any] = getattr(request, "semaphores", None) or {}
+    return [admission.room for admission in seen.values() if getattr(admission, "room", None) is not None]

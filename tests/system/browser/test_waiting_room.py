@@ -1,0 +1,134 @@
+"""The waiting room's queue page in real headless Chromium, against gunicorn with several workers.
+
+Twelve browser contexts (each its own cookie jar, so its own visitor) queue
+at a room of 2; each page, left alone, updates its place in its aria-live
+region without loading again and moves to the guarded page by itself, in the
+order the visitors arrived. A browser without JavaScript gets there too, by
+the page's <noscript> refresh. The queue page's screenshot is
+docs/waiting-room.png (copied from test-artifacts/waiting-room.png).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from django_semaphore import get_semaphore
+from django_semaphore.ops import pausing
+
+from ..conftest import RoomSite
+from .conftest import ARTIFACTS
+
+pytestmark = pytest.mark.processes
+
+WELCOME = "Welcome, you are in"
+
+
+def _problems(page: Any) -> list[str]:
+    """Console errors and uncaught exceptions, but the 503s of the queue page and its polls and the favicon."""
+    problems: list[str] = []
+
+    def on_console(message: Any) -> None:
+        where = message.location.get("url", "")
+        if message.type == "error" and "status of 503" not in message.text and not where.endswith("/favicon.ico"):
+            problems.append(f"{message.text} at {where}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    return problems
+
+
+class Watch:
+    """Reads the room's count inside from the server every 20 ms while the browsers move."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+        self._on = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        room = get_semaphore("room")
+        while self._on.is_set():
+            self.seen.append(room.status().used)
+            time.sleep(0.02)
+
+    def __enter__(self) -> Watch:
+        self._on.set()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._on.clear()
+        self._thread.join()
+
+
+def test_twelve_browsers_wait_in_line_and_are_let_in_by_themselves_in_order(browser: Any, room_site: RoomSite) -> None:
+    from playwright.sync_api import expect
+
+    base = room_site(limit=2, lease=1.0, refresh=1.0, abandon=4.0)
+    room = get_semaphore("room")
+    pausing.pause(room)  # the operator's pause: every visitor queues, so the line forms in a known order
+    contexts = [browser.new_context(viewport={"width": 900, "height": 700}) for _ in range(12)]
+    try:
+        pages, problems = [], []
+        for index, context in enumerate(contexts):  # one after another: the order of arrival
+            page = context.new_page()
+            problems.append(_problems(page))
+            response = page.goto(base + "/room/welcome/")
+            assert response is not None and response.status == 503
+            assert response.headers["retry-after"] == "1"
+            expect(page.locator("h1")).to_have_text("You are in line")
+            expect(page.locator('[data-room="position"]')).to_have_text(str(index + 1))
+            page.evaluate("window.stillTheSamePage = true")  # gone if the page loads again
+            pages.append(page)
+        status = pages[-1].locator("[aria-live]")
+        assert status.get_attribute("aria-live") == "polite" and status.get_attribute("role") == "status"
+        expect(pages[-1].locator('[data-room="paused"]')).to_be_visible(timeout=5000)
+        assert room.status().waiting == 12
+
+        with Watch() as watch:
+            pausing.resume(room)
+            last = pages[-1]
+            # In place, by the script: the place goes down and the estimate appears (after 2 admissions).
+            expect(last.locator('[data-room="position"]')).not_to_have_text("12", timeout=15000)
+            expect(last.locator('[data-room="eta"]')).not_to_have_text("unknown", timeout=20000)
+            expect(last.locator('[data-room="paused"]')).to_be_hidden()
+            assert last.evaluate("window.stillTheSamePage") is True
+            assert last.locator("h1").inner_text() == "You are in line"
+            last.screenshot(path=str(ARTIFACTS / "waiting-room.png"))
+            for page in pages:  # each moves by itself; nothing is clicked or reloaded here
+                expect(page.locator("h1")).to_have_text(WELCOME, timeout=60000)
+        fences = [int(page.locator("#fence").inner_text()) for page in pages]
+        assert fences == sorted(fences) and len(set(fences)) == 12  # let in in the order they came
+        assert max(watch.seen) <= 2 and len(watch.seen) > 50  # never more inside than the limit
+        assert problems == [[] for _ in pages]  # no CSP violation, no script error
+    finally:
+        for context in contexts:
+            context.close()
+
+
+def test_without_javascript_the_page_asks_again_by_itself_and_lets_the_visitor_in(
+    browser: Any, room_site: RoomSite
+) -> None:
+    from playwright.sync_api import expect
+
+    base = room_site(limit=1, lease=1.0, refresh=1.0, abandon=4.0)
+    room = get_semaphore("room")
+    pausing.pause(room)
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        response = page.goto(base + "/room/welcome/")
+        assert response is not None and response.status == 503
+        expect(page.locator('[data-room="position"]')).to_have_text("1")
+        expect(page.get_by_role("link", name="Check now")).to_be_visible()
+        assert "every 1 second" in page.locator("main").inner_text()
+        time.sleep(2.5)  # the <noscript> refresh asks again while it waits: the place is kept
+        assert room.status().waiting == 1
+        pausing.resume(room)
+        expect(page.locator("h1")).to_have_text(WELCOME, timeout=15000)
+    finally:
+        context.close()
