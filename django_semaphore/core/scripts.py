@@ -60,6 +60,7 @@ OPERATIONS = (
     "admit_partition",
     "evict_partition",
     "settle_evictions",
+    "tally",
 )
 
 # The helpers every operation shares, in this order (adaptive.lua uses common.lua's).
