@@ -156,7 +156,9 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             tally.failed(self.name, self.config.on_error, exc, started)
             raise
         event = options.cancel
-        tally.ended(self.name, attempt.granted, request.wait > 0 < attempt.limit, bool(event and event.is_set()), started)
+        tally.ended(
+            self.name, attempt.granted, request.wait > 0 < attempt.limit, bool(event and event.is_set()), started
+        )
         return attempt
 
     def _attempted(self, request: AcquireRequest, options: SyncAcquireOptions) -> Attempt:

@@ -29,7 +29,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from django.core.signals import setting_changed
 
@@ -122,7 +122,7 @@ class Tally:
         self._attempts: dict[tuple[str, str, str], list[int]] = {}
         self._holds: dict[tuple[str, str], list[int]] = {}
         self._scheduled = False
-        self._interval: float | None | bool = False  # False: not read from settings yet
+        self._interval: float | bool | None = False  # False: not read from settings yet
 
     # -- the calls that end ----------------------------------------------------------------------
 
@@ -235,20 +235,15 @@ class Tally:
         failed = {name for name, reply in zip(names, replies, strict=True) if isinstance(reply, Exception)}
         if failed:
             self._keep(
-                {k: v for k, v in attempts.items() if k[0] in failed}, {k: v for k, v in holds.items() if k[0] in failed}
+                {k: v for k, v in attempts.items() if k[0] in failed},
+                {k: v for k, v in holds.items() if k[0] in failed},
             )
 
     def _keep(self, attempts: dict[tuple[str, str, str], list[int]], holds: dict[tuple[str, str], list[int]]) -> None:
         """Counts a flush could not write, added back for the next one."""
         with self._lock:
-            for into, rows in ((self._attempts, attempts), (self._holds, holds)):
-                for key, row in rows.items():
-                    mine = into.get(key)  # type: ignore[call-overload]
-                    if mine is None:
-                        into[key] = row  # type: ignore[index]
-                    else:
-                        for i, value in enumerate(row):
-                            mine[i] += value
+            _merge(self._attempts, attempts)
+            _merge(self._holds, holds)
         self._schedule()
 
     def pending(self) -> dict[str, Any]:
@@ -269,6 +264,19 @@ class Tally:
         elif setting in ("SEMAPHORE_KEY_PREFIX", "SEMAPHORE_CONNECTION"):
             with self._lock:
                 self._attempts, self._holds = {}, {}
+
+
+Key = TypeVar("Key")
+
+
+def _merge(into: dict[Key, list[int]], rows: dict[Key, list[int]]) -> None:
+    for key, row in rows.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = row
+        else:
+            for index, value in enumerate(row):
+                mine[index] += value
 
 
 def _interval_setting() -> float | None:
