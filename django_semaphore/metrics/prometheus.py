@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from ..core.tally import BOUNDS, BUCKETS, DRY_RUN, REASONS, RELEASED, RESULTS
+from ..core.tally import ACQUIRED, BOUNDS, BUCKETS, DRY_RUN, REASONS, RELEASED, RESULTS
 from . import names
 from .names import FREE, USED, prometheus_name
 from .reading import SemaphoreReading
@@ -147,7 +147,7 @@ def _durations(readings: list[SemaphoreReading]) -> Iterator[tuple[Labels, list[
     for r in readings:
         for result in RESULTS:
             rows = [row for (kind, _detail), row in r.totals.attempts.items() if kind == result]
-            if rows:
+            if rows or result == ACQUIRED:  # the admitted's waits are there from the start, as ALWAYS's counts
                 yield (("name", r.name), ("result", result)), _added(rows, BUCKETS + 1)
 
 
@@ -155,8 +155,8 @@ def _holds(readings: list[SemaphoreReading]) -> Iterator[tuple[Labels, list[int]
     for r in readings:
         for reason in REASONS:
             row = r.totals.holds.get(reason)
-            if row is not None:
-                yield (("name", r.name), ("reason", reason)), row
+            if row is not None or reason == RELEASED:
+                yield (("name", r.name), ("reason", reason)), row or [0] * (BUCKETS + 2)
 
 
 def _lost(readings: list[SemaphoreReading]) -> Iterator[tuple[Labels, float]]:

@@ -111,7 +111,9 @@ def test_the_exposition_names_every_instrument_of_the_contract() -> None:
     assert infinite[(("le", "+Inf"), ("name", "reports"), ("result", "acquired"))] == 3
     assert infinite[(("le", "0.05"), ("name", "reports"), ("result", "timed_out"))] == 0  # it waited 0.1 s
     holds = samples(text, "django_semaphore_permit_hold_duration_seconds_count")
-    assert holds == {(("name", "reports"), ("reason", "released")): 1}
+    assert holds[(("name", "reports"), ("reason", "released"))] == 1
+    assert holds[(("name", "search"), ("reason", "released"))] == 0  # there from the start
+    assert (("name", "reports"), ("reason", "expired")) not in holds
     assert samples(text, "django_semaphore_permit_lost_total")[(("name", "reports"), ("reason", "expired"))] == 0
     assert samples(text, "django_semaphore_adaptive_target_seconds") == {(("name", "partner"),): 0.5}
     # Labels only of the contract: never a partition's key without SEMAPHORE_METRICS_PARTITIONS.
