@@ -133,15 +133,19 @@ def _waiters(readings: list[SemaphoreReading]) -> Iterator[tuple[float, Attribut
 _installed: Instruments | None = None
 
 
-def install(meter_provider: Any = None) -> Instruments | None:
-    """Make the instruments once (again with ``meter_provider``, for tests); None without the API."""
+def install(meter_provider: Any = None, *, again: bool = False) -> Instruments | None:
+    """Make the instruments once; None without the API.
+
+    Tests make them again, on ``meter_provider`` (an SDK's, with an
+    in-memory reader), then ``again`` on the global provider.
+    """
     global _installed
     try:
         from opentelemetry import metrics
     except ImportError:
         return None
     if _installed is not None:
-        if meter_provider is None:
+        if meter_provider is None and not again:
             return _installed
         tally.listeners.remove(_installed)
     meter = metrics.get_meter(names.METER, __version__, meter_provider=meter_provider)

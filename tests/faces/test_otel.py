@@ -35,7 +35,7 @@ def reader(settings: Any) -> Iterator[InMemoryMetricReader]:
     memory = InMemoryMetricReader()
     otel.install(MeterProvider(metric_readers=[memory]))
     yield memory
-    otel.install(None)  # the instruments go back to the global provider's proxies
+    otel.install(again=True)  # the instruments go back to the global provider's proxies
 
 
 def collected(reader: InMemoryMetricReader) -> dict[str, tuple[Any, Any, list[Any]]]:
@@ -124,6 +124,14 @@ def test_every_instrument_with_its_kind_unit_and_attributes(reader: InMemoryMetr
     assert [p.value for p in found["django_semaphore.partition.count"][2]] == [1]
     assert [p.value for p in found["django_semaphore.adaptive.target"][2]] == [0.5]
     assert 0 <= found["django_semaphore.adaptive.hold_time"][2][0].value < 0.5
+
+
+def test_after_the_test_the_instruments_are_the_global_providers_again(reader: InMemoryMetricReader) -> None:
+    from django_semaphore.core.tally import tally
+
+    assert otel._installed in tally.listeners and len(tally.listeners) == 1
+    otel.install(again=True)
+    assert len(tally.listeners) == 1 and type(otel._installed.attempts).__name__ == "_ProxyCounter"
 
 
 def test_errors_dry_runs_and_partitions_carry_their_attributes(reader: InMemoryMetricReader, settings: Any) -> None:
