@@ -10,7 +10,7 @@
   bounded in cost however many semaphores and partitions there are;
 - ``prometheus.py``: that reading in the text format;
 - ``names.py``: the instruments' names, units and attributes (the contract);
-- ``conf.py`` and ``checks.py``: its settings and their check (E020, W008).
+- ``conf.py`` and ``checks.py``: its settings and their check (E021, W008).
 
 The engine counts each acquire's and each permit's end in the process
 (core/tally.py) and writes the counts to Redis in batches; this face only

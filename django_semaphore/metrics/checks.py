@@ -1,4 +1,4 @@
-"""E020 and W008: the metrics face's settings (metrics/conf.py)."""
+"""E021 and W008: the metrics face's settings (metrics/conf.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def check_metrics_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
     token = metrics_setting("SEMAPHORE_METRICS_TOKEN")
     listed = [token] if isinstance(token, str) else token if isinstance(token, (list, tuple)) else None
     if token is not None and (not listed or not all(isinstance(t, str) and t for t in listed)):
-        messages.append(error(20, "SEMAPHORE_METRICS_TOKEN must be None, a non-empty string or a list of them.", HINT))
+        messages.append(error(21, "SEMAPHORE_METRICS_TOKEN must be None, a non-empty string or a list of them.", HINT))
     elif listed and any(len(t) < SHORT_TOKEN for t in listed):
         messages.append(
             warning(
@@ -30,10 +30,10 @@ def check_metrics_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
             )
         )
     if not isinstance(metrics_setting("SEMAPHORE_METRICS_PARTITIONS"), bool):
-        messages.append(error(20, "SEMAPHORE_METRICS_PARTITIONS must be True or False.", HINT))
+        messages.append(error(21, "SEMAPHORE_METRICS_PARTITIONS must be True or False.", HINT))
     most = metrics_setting("SEMAPHORE_METRICS_MAX_PARTITIONS")
     if not isinstance(most, int) or isinstance(most, bool) or not 1 <= most <= 10_000:
         messages.append(
-            error(20, f"SEMAPHORE_METRICS_MAX_PARTITIONS must be an integer from 1 to 10000, not {most!r}.", HINT)
+            error(21, f"SEMAPHORE_METRICS_MAX_PARTITIONS must be an integer from 1 to 10000, not {most!r}.", HINT)
         )
     return messages
