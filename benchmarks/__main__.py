@@ -43,7 +43,7 @@ QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5, 8.0, 20)
 def benchmarks(
     plan: Plan, processes: int, wrk: bool = False, svg: str | None = None
 ) -> dict[str, Callable[[Bench], dict[str, Any]]]:
-    from . import adaptive, concurrency, contended, cycle, expiry, handoff, room, scale, web
+    from . import adaptive, concurrency, contended, cycle, expiry, handoff, otel, room, scale, web
 
     return {
         "cycle": lambda b: cycle.run(b, plan.cycle_seconds, plan.repeats),
@@ -55,6 +55,7 @@ def benchmarks(
         "async": lambda b: concurrency.run(b, plan.async_seconds, plan.repeats),
         "adaptive": lambda b: adaptive.run(b, plan.adaptive_seconds, svg),
         "room": lambda b: room.run(b, plan.repeats),
+        "otel": lambda b: otel.run(b, max(5, plan.repeats + 2)),
     }
 
 
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown (for README)")
     parser.add_argument(
-        "--only", default="", help="comma-separated: cycle,contended,handoff,expiry,scale,web,async,adaptive,room"
+        "--only", default="", help="comma-separated: cycle,contended,handoff,expiry,scale,web,async,adaptive,room,otel"
     )
     parser.add_argument("--processes", type=int, default=0, help="contended processes (default 12; 4 with --quick)")
     parser.add_argument("--wrk", action="store_true", help="drive the web benchmark with wrk (if installed)")
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     everything = ["cycle", "contended", "handoff", "expiry", "scale", "web", "async", "adaptive", "room"]
+    everything.append("otel")
     names = [n.strip() for n in args.only.split(",") if n.strip()] or everything
     unknown = set(names) - set(everything)
     if unknown:
@@ -114,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(results))
     else:
         print_table(results)
+        from .otel import lines
+
+        print("\n".join(lines(results)))
     return 1 if any(key.endswith("_error") for key in results) else 0
 
 

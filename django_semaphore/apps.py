@@ -11,3 +11,6 @@ class DjangoSemaphoreConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+        from .metrics import otel
+
+        otel.install()  # the OpenTelemetry instruments, when the API is installed (the `otel` extra)

@@ -5,6 +5,7 @@
 - ``web/checks.py``: request keys, middleware rules, decorated views and the
   request path's settings (E005, E006-E010, E012, E013, E018, W002-W004);
 - ``dashboard/checks.py``: W005;
+- ``metrics/checks.py``: the metrics face's settings (E021, W008);
 - ``ops/redis_check.py`` (E015) and ``ops/memory_check.py`` (E019, W006,
   W007, I001): deployment checks, which reach Redis, so they run only with
   ``--deploy`` (alone with ``--tag django_semaphore_redis``).
@@ -19,6 +20,7 @@ from django.core.checks import Tags, register
 
 from .core import checks as engine
 from .dashboard import checks as dashboard
+from .metrics import checks as metrics
 from .ops import memory_check, redis_check
 from .web import checks as web
 
@@ -36,5 +38,6 @@ check_decorated_views = register(APP, Tags.urls)(web.check_decorated_views)
 check_middleware_installed = register(APP)(web.check_middleware_installed)
 check_client_chosen_keys = register(APP)(web.check_client_chosen_keys)
 check_staticfiles = register(APP)(dashboard.check_staticfiles)
+check_metrics_settings = register(APP)(metrics.check_metrics_settings)
 check_redis_reachable = register(APP, REDIS_TAG, deploy=True)(redis_check.check_redis_reachable)
 check_eviction_policy = register(APP, REDIS_TAG, deploy=True)(memory_check.check_eviction_policy)

@@ -13,7 +13,8 @@ Errors:
 - E003 that cache's client is sharded (no single server to hold a semaphore).
 - E004 ``SEMAPHORE_CONNECTION`` is neither an alias, a URL nor an importable factory.
 - E005 a ``SEMAPHORES`` entry has a wrong type or range.
-- E010 an engine-wide ``SEMAPHORE_*`` setting has a wrong value (``SEMAPHORE_OUTAGE_LOG_INTERVAL`` included).
+- E010 an engine-wide ``SEMAPHORE_*`` setting has a wrong value (``SEMAPHORE_OUTAGE_LOG_INTERVAL`` and
+  ``SEMAPHORE_METRICS_FLUSH_INTERVAL`` included).
 - E011 ``SEMAPHORE_PARTITION_IDLE`` is not a positive number of seconds.
 - E014 ``SEMAPHORE_ASYNC_CONNECTION`` is neither None, a callable nor an importable dotted path.
 - E016 an adaptive ``limit`` has a wrong shape, type or range (or a weight above its min).
@@ -204,6 +205,13 @@ def check_engine_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             "SEMAPHORE_OUTAGE_LOG_INTERVAL",
             f"must be a number of seconds > 0, not {interval!r}.",
             "It is how often a Redis outage is summarised in the log; the default, 60, suits most sites.",
+        )
+    flush = app_setting("SEMAPHORE_METRICS_FLUSH_INTERVAL")
+    if flush is not None and not (finite(flush) and 0.05 <= flush <= 3600):
+        bad(
+            "SEMAPHORE_METRICS_FLUSH_INTERVAL",
+            f"must be None or a number of seconds from 0.05 to 3600, not {flush!r}.",
+            "It is how often each process writes its metrics counts to Redis; the default, 5, suits most sites.",
         )
     async_connection = app_setting("SEMAPHORE_ASYNC_CONNECTION")
     if async_connection is not None and not importable(async_connection):

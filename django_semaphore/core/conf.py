@@ -37,6 +37,8 @@ APP_DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_PARTITION_IDLE": 86400.0,
     # Seconds between two summaries of a Redis outage in one process's log (core/outages.py).
     "SEMAPHORE_OUTAGE_LOG_INTERVAL": 60.0,
+    # Seconds between two writes of a process's metrics counts to Redis (core/tally.py); None: none kept.
+    "SEMAPHORE_METRICS_FLUSH_INTERVAL": 5.0,
 }
 
 

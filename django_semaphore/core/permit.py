@@ -15,6 +15,7 @@ from .clients import SyncClient
 from .conf import MAX_SECONDS
 from .renewal import renewer
 from .replies import RenewReply, SemaphoreStatus
+from .tally import EXPIRED, MAX_HOLD, RELEASED, REVOKED, tally
 
 logger = logging.getLogger("django_semaphore.permits")
 
@@ -79,6 +80,8 @@ class Permit:
         self._releasing = False
         # The release failed or was cut short: the background retries it until the lease would end.
         self._unconfirmed = False
+        # When its holder let it go (monotonic): the end of its hold time.
+        self._let_go_at = 0.0
 
     def __repr__(self) -> str:
         state = (
@@ -274,6 +277,7 @@ class Permit:
 
     def _start_release(self) -> None:
         self._releasing = True
+        self._let_go_at = time.monotonic()
         renewer.forget(self)
 
     def _settle_later(self, *, soon: bool = False) -> None:
@@ -307,6 +311,8 @@ class Permit:
         if isinstance(reply, (list, tuple)) and len(reply) > 4 and reply[4]:
             self._keys_lost(reply[4], time.monotonic())
         was_held, change = release_reply(reply)
+        if not self.lost:
+            self._ended(RELEASED if was_held else None, self._let_go_at)
         if change is not None:
             # Only the release that ended the window hears of the change (its retry, if the reply was
             # lost, hears it again from the server): once per change, site-wide.
@@ -349,8 +355,23 @@ class Permit:
             return
         self.lost = True
         renewer.forget(self)
+        self._ended(MAX_HOLD if reason == "max_hold" else REVOKED if reason == "vanished" else None, time.monotonic())
         if reason == "max_hold":
             logger.warning("%r was held for its whole max_hold and is now lost.", self)
         signals.emit(signals.semaphore_lost, name=self.name, partition=self.partition, token=self.token, reason=reason)
         if self.on_lost is not None:
             self.on_lost(self)
+
+    def _ended(self, reason: str | None, at: float) -> None:
+        """The permit ended at ``at`` (monotonic), for ``reason``; None: found gone, so expired or revoked.
+
+        Found gone before its lease could have ended (``expires_at`` is this
+        process's earliest reckoning of that end), someone took it away: an
+        operator's force release, or its keys vanished. Otherwise its lease ran
+        out, and its hold time is taken to its end, not to when this process
+        found out. Counted for the metrics (core/tally.py): one call.
+        """
+        if reason is None:
+            reason = MAX_HOLD if self.final and at >= self.expires_at else REVOKED if at < self.expires_at else EXPIRED
+        end = min(at, self.expires_at) if reason in (EXPIRED, MAX_HOLD) else at
+        tally.permit(self.name, reason, max(end - self.acquired_at, 0.0), self.weight)

@@ -67,6 +67,16 @@ class SemaphoreKeys:
         """The registry's labels (HASH hash -> key, shortened), beside it in the same slot."""
         return f"{prefix}{{{name}}}:labels"
 
+    @staticmethod
+    def tally_of(prefix: str, name: str) -> str:
+        """A name's counts written by every process (core/tally.py), in the name's own slot."""
+        return f"{prefix}{{{name}}}:tally"
+
+    @staticmethod
+    def recent_of(prefix: str, name: str) -> str:
+        """The same counts per 10 s slot of the last hour, beside them (core/tally.py)."""
+        return f"{prefix}{{{name}}}:recent"
+
     @property
     def holders(self) -> str:
         return self.base + "holders"

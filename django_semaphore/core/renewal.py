@@ -100,6 +100,8 @@ class Background:
         # it earlier is only needed for work due before then (rare: leases are
         # alike), which keeps short-lived permits from paying a thread switch each.
         self._asleep_until = 0.0
+        # The metrics' next batch (core/tally.py): when, and what writes it.
+        self._flush: tuple[float, Callable[[], object]] | None = None
 
     # -- renewal ----------------------------------------------------------
 
@@ -156,6 +158,16 @@ class Background:
             if first_try < self._asleep_until:
                 self._wakeup.notify()
 
+    # -- the metrics' batches ----------------------------------------------------
+
+    def flush_at(self, at: float, job: Callable[[], object]) -> None:
+        """Run ``job`` on this thread at ``at`` (monotonic): the counts of core/tally.py, once per interval."""
+        with self._wakeup:
+            self._flush = (at, job)
+            self._ensure_thread()
+            if at < self._asleep_until:
+                self._wakeup.notify()
+
     def pending(self) -> int:
         """Clean-ups still waiting for Redis (for tests and metrics)."""
         with self._wakeup:
@@ -184,8 +196,14 @@ class Background:
                 now = time.monotonic()
                 due = [p for p, at in list(self._due.items()) if at <= now]
                 settle = bool(self._pending) and self._pending[0].next_try <= now
-                if not due and not settle:
-                    wake_at = min([*self._due.values(), *(s.next_try for s in self._pending)], default=now + LOOK_EVERY)
+                flush = self._flush if self._flush is not None and self._flush[0] <= now else None
+                if flush is not None:
+                    self._flush = None
+                if not due and not settle and flush is None:
+                    later = [self._flush[0]] if self._flush is not None else []
+                    wake_at = min(
+                        [*self._due.values(), *(s.next_try for s in self._pending), *later], default=now + LOOK_EVERY
+                    )
                     self._asleep_until = min(max(wake_at, now + 0.01), now + LOOK_EVERY)
                     self._wakeup.wait(timeout=self._asleep_until - now)
                     self._asleep_until = 0.0
@@ -193,6 +211,11 @@ class Background:
             self._renew(due)
             if settle:
                 self._settle()
+            if flush is not None:
+                try:
+                    flush[1]()
+                except Exception:  # a bug must not kill the thread that guards every permit
+                    logger.exception("Writing the metrics' counts failed")
 
     def _renew(self, due: list[Renewable]) -> None:
         for permit in due:

@@ -61,6 +61,7 @@ OPERATIONS = (
     "evict_partition",
     "settle_evictions",
     "room",
+    "tally",
 )
 
 # The helpers every operation shares, in this order (adaptive.lua uses common.lua's).

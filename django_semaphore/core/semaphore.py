@@ -12,6 +12,7 @@ partitions (core/partition_browsing.py).
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,6 +40,7 @@ from .redis_keys import hash_partition
 from .renewal import renewer
 from .replicas import ReplicaConfirmation
 from .replies import OTHER_WEIGHT, TOO_HEAVY, TOO_LATE, AcquireReply, retry_after_seconds
+from .tally import tally
 
 __all__ = ["PAUSED_RETRY_AFTER", "Attempt", "Semaphore", "all_semaphores", "get_semaphore", "granted", "refused"]
 
@@ -147,6 +149,19 @@ class Semaphore(OperatorActions, PartitionBrowsing):
 
     def _attempt(self, options: SyncAcquireOptions) -> Attempt:
         request = options.request(self.config, self.calls)
+        started = time.monotonic()
+        try:
+            attempt = self._attempted(request, options)
+        except BaseException as exc:
+            tally.failed(self.name, self.config.on_error, exc, started)
+            raise
+        event = options.cancel
+        tally.ended(
+            self.name, attempt.granted, request.wait > 0 < attempt.limit, bool(event and event.is_set()), started
+        )
+        return attempt
+
+    def _attempted(self, request: AcquireRequest, options: SyncAcquireOptions) -> Attempt:
         with translated(self.name, self.partition):
             client = get_client()
             # The whole call, recording a new partition included, ends by its wait (or one socket timeout).
@@ -175,11 +190,18 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         call, recording a partition, reporting the outcome) is shared.
         """
         request = options.request(self.config, self.calls)
-        with translated(self.name, self.partition):
-            client = await aclient()
-            deadline = bounded.budget(client, request.wait)
-            recording, reply = await bounded.by(deadline, self._aacquire(client, request, deadline))
-        return self._finish(request, reply, recording, options, None)
+        started = time.monotonic()
+        try:
+            with translated(self.name, self.partition):
+                client = await aclient()
+                deadline = bounded.budget(client, request.wait)
+                recording, reply = await bounded.by(deadline, self._aacquire(client, request, deadline))
+            attempt = self._finish(request, reply, recording, options, None)
+        except BaseException as exc:
+            tally.failed(self.name, self.config.on_error, exc, started)
+            raise
+        tally.ended(self.name, attempt.granted, request.wait > 0 < attempt.limit, False, started)
+        return attempt
 
     async def _aacquire(
         self, client: AsyncClient, request: AcquireRequest, deadline: Deadline

@@ -50,6 +50,7 @@ from ..core.flow import Stepping
 from ..core.permit import Permit
 from ..core.safe_text import for_log
 from ..core.semaphore import Attempt, Semaphore, get_semaphore, refused
+from ..core.tally import in_dry_run
 from . import request_outcomes, visits
 from .conf import web_setting
 from .partition_keys import NOT_LIMITED, akey_for, key_for
@@ -312,16 +313,32 @@ class _ReadBody:
 
 @dataclass(frozen=True)
 class _Take:
-    """Attempt ``semaphore`` with ``options``; reply: the ``Attempt``, or its error thrown in."""
+    """Attempt ``semaphore`` with ``options``; reply: the ``Attempt``, or its error thrown in.
+
+    ``dry_run``: a dry-run rule's, whose refusal the metrics count as one (core/tally.py).
+    """
 
     semaphore: Semaphore
     options: dict[str, Any]
+    dry_run: bool = False
 
     def run(self, request: HttpRequest) -> Attempt:
-        return self.semaphore.attempt(**self.options)
+        if not self.dry_run:
+            return self.semaphore.attempt(**self.options)
+        marked = in_dry_run.set(True)
+        try:
+            return self.semaphore.attempt(**self.options)
+        finally:
+            in_dry_run.reset(marked)
 
     async def arun(self, request: HttpRequest) -> Attempt:
-        return await self.semaphore.aattempt(**self.options)
+        if not self.dry_run:
+            return await self.semaphore.aattempt(**self.options)
+        marked = in_dry_run.set(True)
+        try:
+            return await self.semaphore.aattempt(**self.options)
+        finally:
+            in_dry_run.reset(marked)
 
 
 @dataclass(frozen=True)
@@ -384,7 +401,8 @@ def _admission(request: HttpRequest, guarded: Guarded) -> Generator[_Step, Any, 
     if hung.error is not None:
         return _decide(request, semaphore, value, mode, None, hung.error)
     try:
-        attempt: Attempt = yield _Take(semaphore, _options(request, semaphore, mode, guarded.wait, guarded.weight))
+        options = _options(request, semaphore, mode, guarded.wait, guarded.weight)
+        attempt: Attempt = yield _Take(semaphore, options, mode == DRY_RUN)
     except BackendUnavailable as exc:
         hung.note(exc)
         return _decide(request, semaphore, value, mode, None, exc)

@@ -321,8 +321,8 @@ def test_a_whole_semaphore_left_alone_keeps_its_line_for_no_longer_than_the_idle
     redis_client: redis.Redis, key_prefix: str, settings
 ) -> None:
     """A holder and a waiter die (their processes are killed) and nobody uses the semaphore again:
-    its waiting line, which dead processes could grow without bound, expires; its state, history
-    and holders (at most its limit of them, reclaimed by the next call on it) stay, by design."""
+    its waiting line, which dead processes could grow without bound, expires; its state, history,
+    metrics totals and holders (at most its limit of them, reclaimed by the next call on it) stay, by design."""
     settings.SEMAPHORE_WAITER_TTL = 0.2
     sem = make("left-alone", 1, lease=0.3)
     assert sem.acquire(auto_renew=False) is not None  # its process dies holding it
@@ -331,7 +331,7 @@ def test_a_whole_semaphore_left_alone_keeps_its_line_for_no_longer_than_the_idle
     keys = sorted(
         (k.decode().rsplit(":", 1)[1], redis_client.pttl(k)) for k in redis_client.scan_iter(key_prefix + "*")
     )
-    kept = ("state", "history", "holders", "info")
+    kept = ("state", "history", "holders", "info", "tally")  # tally: the metrics' totals (core/tally.py)
     assert all(name in kept or ttl != -1 for name, ttl in keys), keys
     assert {name for name, _ in keys} >= {"queue", "alive", "qweight"}
 

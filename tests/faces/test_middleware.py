@@ -324,3 +324,24 @@ def test_rules_are_parsed_once_and_again_when_the_setting_changes(client: Client
     for _ in range(2):  # a malformed rule is refused on every request, never kept
         with pytest.raises(ImproperlyConfigured):
             active_rules()
+
+
+def test_bypassed_and_exempt_requests_are_not_attempts(client: Client, settings) -> None:
+    from django_semaphore.core.connection import get_client
+    from django_semaphore.core.tally import ACQUIRED, read_totals, tally
+
+    rules(settings, {"semaphore": "guarded"})
+    settings.SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS = [r"^/surface/health/$"]
+    settings.SEMAPHORE_MIDDLEWARE_BYPASS = "tests.support.views.bypass_internal"
+
+    def attempts() -> dict[tuple[str, str], int]:
+        tally.flush()
+        totals = read_totals(get_client(), ["guarded"])["guarded"]
+        return {key: sum(row[:-1]) for key, row in totals.attempts.items()}
+
+    before = attempts()
+    assert client.get("/surface/health/").status_code == 200
+    assert client.get("/surface/plain/", HTTP_X_INTERNAL="yes").json()["outcome"] == "bypassed"
+    assert attempts() == before
+    assert client.get("/surface/plain/").json()["outcome"] == "acquired"
+    assert attempts() == {**before, (ACQUIRED, ""): before.get((ACQUIRED, ""), 0) + 1}

@@ -21,6 +21,8 @@ from django.core.management import call_command
 from django_semaphore import get_semaphore
 from django_semaphore.core import registry, scripts
 from django_semaphore.core.connection import get_client
+from django_semaphore.core.tally import tally
+from django_semaphore.metrics.reading import read as reading_read
 from django_semaphore.ops import redis_check
 from django_semaphore.testing import RedisServer, find_binary
 
@@ -54,6 +56,7 @@ PYTHON_COMMANDS = {
     "set",  # the library heartbeat
     "time",  # semaphore_release --expired
     "zrangebyscore",  # semaphore_release --expired
+    "hgetall",  # the metrics' counts, read at scrape time (core/tally.py)
 }
 # Each command the engine sends, and the Redis version that introduced it (the lowest supported is 6.0).
 SINCE = {
@@ -65,8 +68,11 @@ SINCE = {
     "hdel": (2, 0),
     "hexists": (2, 0),
     "hget": (2, 0),
+    "hgetall": (2, 0),
+    "hincrby": (2, 0),
     "hmget": (2, 0),
     "hset": (2, 0),  # several fields at once: 4.0
+    "hsetnx": (2, 0),
     "lrange": (1, 0),
     "ltrim": (1, 0),
     "pexpire": (2, 6),
@@ -159,6 +165,10 @@ def everything_works(settings, url: str) -> None:
     run("semaphore_limit", "reports", "7")
     run("semaphore_limit", "reports", "--clear")
     assert redis_check.check_redis_reachable() == []
+    # The metrics: the counts written by the tally script, then read with the gauges as a scrape does.
+    tally.flush()
+    assert tally.pending() == {"attempts": {}, "holds": {}}
+    assert {reading.name for reading in reading_read()} >= {"reports", "search"}
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from benchmarks import adaptive, contended, expiry, handoff, peers, room
+from benchmarks import adaptive, contended, expiry, handoff, otel, peers, room
 from benchmarks import settings as bench_settings
 from benchmarks.__main__ import Plan, run
 from benchmarks.runtime import Bench, fresh_redis
@@ -58,7 +58,7 @@ def test_expiry_reports_how_late_after_the_lease_end_on_the_servers_clock(bench:
 def test_adaptive_compares_every_case_and_draws_the_chart(bench: Bench, tmp_path) -> None:
     svg = tmp_path / "adaptive.svg"
     figures = adaptive.run(bench, seconds=1.0, svg=str(svg))
-    assert set(figures["adaptive_cases"]) == set(adaptive.CASES)
+    assert set(figures["adaptive_cases"]) == set(adaptive.CASES) | set(adaptive.UNTARGETED)
     assert all(case["over_limit"] == 0 for case in figures["adaptive_cases"].values())
     assert figures["adaptive_cases"]["fixed K/2 = 4"]["settled_limit"] == 4
     assert svg.read_text().startswith("<svg") and svg.read_text().count("<polyline") == 2 * len(adaptive.CASES)
@@ -80,3 +80,13 @@ def test_room_reports_the_servers_cost_of_a_poll_at_both_sizes(bench: Bench) -> 
     figures = room.run(bench, repeats=1, polls=20, large_line=100)
     assert figures["room_poll_position_checked"] == 100
     assert figures["room_poll_server_us_10"] > 0 and figures["room_poll_10k_ratio"] > 0
+
+
+def test_otel_reports_each_states_cpu_and_restores_the_listeners(bench: Bench) -> None:
+    from django_semaphore.core.tally import tally
+
+    before = list(tally.listeners)
+    figures = otel.run(bench, rounds=1, batches=1)
+    assert set(figures["otel_cpu_us"]) == {"bare", "counted", "otel_api", "otel_sdk"}
+    assert all(value > 0 for value in figures["otel_direct_us"].values())
+    assert tally.listeners == before and otel.lines(figures)

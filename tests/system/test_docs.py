@@ -43,6 +43,7 @@ from django_semaphore import checks
 from django_semaphore.core.checks import importable
 from django_semaphore.core.conf import APP_DEFAULTS, option_problems
 from django_semaphore.core.connection import backend_kind
+from django_semaphore.metrics.conf import METRICS_DEFAULTS
 from django_semaphore.web import response_log
 from django_semaphore.web.conf import WEB_DEFAULTS
 from django_semaphore.web.rules import rule_problems
@@ -321,13 +322,14 @@ def test_every_page_is_linked_from_readme() -> None:
 def test_every_check_and_setting_is_in_the_reference() -> None:
     listed = (DOCS / "reference" / "checks.md").read_text()
     rooms = ("core/checks.py", "web/checks.py", "dashboard/checks.py", "ops/redis_check.py", "ops/memory_check.py")
+    rooms += ("metrics/checks.py",)
     sources = "".join((ROOT / "django_semaphore" / room).read_text() for room in rooms)
     defined = {f"E{int(n):03d}" for n in re.findall(r"\berror\(\s*(\d+)", sources)}
     defined |= {f"W{int(n):03d}" for n in re.findall(r"\bwarning\(\s*(\d+)", sources)}
     defined |= set(re.findall(r"\.(E\d{3})\"", sources))
     assert defined and all(f"`{code}`" in listed or f".{code}`" in listed for code in defined)
     settings_page = (DOCS / "reference" / "settings.md").read_text()
-    for name in [*APP_DEFAULTS, *WEB_DEFAULTS, response_log.SETTING]:
+    for name in [*APP_DEFAULTS, *WEB_DEFAULTS, *METRICS_DEFAULTS, response_log.SETTING]:
         assert f"| `{name}` |" in settings_page, name
 
 

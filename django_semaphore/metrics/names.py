@@ -1,0 +1,73 @@
+"""The instruments: names, kinds, units and attribute keys, the public contract (docs/guides/metrics.md).
+
+OpenTelemetry names are dotted; the Prometheus endpoint writes the same
+instruments with underscores, base units in the name (``_seconds``), ``_total``
+on counters, and short label names (``name``, ``state``, ``result``...).
+"""
+
+from __future__ import annotations
+
+METER = "django_semaphore"
+
+# Attribute keys (OpenTelemetry) and the Prometheus label each becomes.
+NAME = "django_semaphore.name"
+STATE = "django_semaphore.permit.state"
+MODE = "django_semaphore.limit.mode"
+RESULT = "django_semaphore.acquire.result"
+REASON = "django_semaphore.release.reason"
+ERROR_TYPE = "error.type"
+ON_ERROR = "django_semaphore.on_error"
+DRY_RUN = "django_semaphore.dry_run"
+KEY = "django_semaphore.key"
+LABELS = {
+    NAME: "name",
+    STATE: "state",
+    MODE: "mode",
+    RESULT: "result",
+    REASON: "reason",
+    ERROR_TYPE: "error_type",
+    ON_ERROR: "on_error",
+    DRY_RUN: "dry_run",
+    KEY: "key",
+}
+
+USED, FREE = "used", "free"
+STATIC, ADAPTIVE = "static", "adaptive"
+
+# name, kind, unit, what it measures (the help text of both exports).
+USAGE = (
+    "django_semaphore.permit.usage",
+    "{permit}",
+    "Permits in use (state=used) and free (the limit in force less those in use, at least 0).",
+)
+LIMIT = ("django_semaphore.permit.limit", "{permit}", "The limit in force (per partition for a keyed semaphore).")
+WAITERS = ("django_semaphore.waiter.count", "{waiter}", "Callers waiting in line for a permit.")
+PARTITIONS = (
+    "django_semaphore.partition.count",
+    "{partition}",
+    "A keyed semaphore's partitions in its registry (recorded in the last two idle periods).",
+)
+ATTEMPTS = ("django_semaphore.acquire.attempts", "{attempt}", "Acquires, by how they ended.")
+ACQUIRE_DURATION = (
+    "django_semaphore.acquire.duration",
+    "s",
+    "How long an acquire took, from the call to its answer, by how it ended.",
+)
+HOLD_DURATION = ("django_semaphore.permit.hold.duration", "s", "How long a permit was held, by how it ended.")
+LOST = (
+    "django_semaphore.permit.lost",
+    "{permit}",
+    "Permits their holders lost: expired, revoked or at their max hold.",
+)
+ADAPTIVE_HOLD = ("django_semaphore.adaptive.hold_time", "s", "An adaptive limit's average hold in its current window.")
+ADAPTIVE_TARGET = (
+    "django_semaphore.adaptive.target",
+    "s",
+    "The average hold above which an adaptive limit is cut: its target, or its best window's times its tolerance.",
+)
+
+
+def prometheus_name(instrument: str, unit: str) -> str:
+    """``django_semaphore.acquire.duration`` (s) -> ``django_semaphore_acquire_duration_seconds``."""
+    base = instrument.replace(".", "_")
+    return base + "_seconds" if unit == "s" else base
