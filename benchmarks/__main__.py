@@ -97,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--svg", default=None, help="adaptive: write a chart of limit and work time to this file")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    everything = ["cycle", "contended", "handoff", "expiry", "scale", "web", "async", "adaptive", "room"]
-    everything.append("otel")
+    everything = ["cycle", "contended", "handoff", "expiry", "scale", "web", "async", "adaptive", "room", "otel"]
     names = [n.strip() for n in args.only.split(",") if n.strip()] or everything
     unknown = set(names) - set(everything)
     if unknown:

@@ -21,6 +21,7 @@ from .conf import MAX_LIMIT
 from .permit import Permit
 from .replies import _text
 from .semaphore import Semaphore
+from .tally import tally
 
 # room.lua's reply codes for a visit.
 LET_IN, INSIDE, IN_LINE = 1, 2, 3
@@ -156,7 +157,11 @@ def visit(sem: Semaphore, token: str, label: str = "") -> tuple[RoomReply, Permi
     """
     _room(sem)
     sent = time.monotonic()
-    reply = _run(sem, _visit_action(sem, token), holder_metadata(label, None))
+    try:
+        reply = _run(sem, _visit_action(sem, token), holder_metadata(label, None))
+    except BaseException as exc:
+        tally.failed(sem.name, sem.config.on_error, exc, sent)
+        raise
     return reply, _visited(sem, token, reply, sent)
 
 
@@ -164,12 +169,17 @@ async def avisit(sem: Semaphore, token: str, label: str = "") -> tuple[RoomReply
     """``visit`` on the asyncio client."""
     _room(sem)
     sent = time.monotonic()
-    reply = await _arun(sem, _visit_action(sem, token), holder_metadata(label, None))
+    try:
+        reply = await _arun(sem, _visit_action(sem, token), holder_metadata(label, None))
+    except BaseException as exc:
+        tally.failed(sem.name, sem.config.on_error, exc, sent)
+        raise
     return reply, _visited(sem, token, reply, sent)
 
 
 def _visited(sem: Semaphore, token: str, reply: RoomReply, sent: float) -> Permit | None:
-    """Signal the request's outcome (one attempt each: acquired inside, rejected in line); the visit's permit."""
+    """Count and signal the request's outcome (one attempt each: acquired inside, rejected in line); its permit."""
+    tally.ended(sem.name, reply.inside, False, False, sent)
     common: dict[str, Any] = {"name": sem.name, "partition": None}
     if not reply.inside:
         retry = sem.config.room.retry_after if sem.config.room else 1

@@ -231,3 +231,14 @@ def test_a_forked_child_counts_only_its_own_calls() -> None:
         os._exit(0 if tally.pending() == {"attempts": {}, "holds": {}} else 1)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_each_request_to_a_waiting_room_is_one_attempt(settings: Any) -> None:
+    from django_semaphore.core import visits
+
+    settings.SEMAPHORES = {"m": {"limit": 1, "lease": 30, "waiting_room": {"refresh": 1}}}
+    sem = get_semaphore("m")
+    assert visits.visit(sem, "room-a")[0].inside  # let in: acquired
+    assert visits.visit(sem, "room-a")[0].inside  # already inside: acquired again
+    assert not visits.visit(sem, "room-b")[0].inside  # in line: rejected
+    assert results(written()) == {ACQUIRED: 2, REJECTED: 1}
