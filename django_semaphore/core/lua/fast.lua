@@ -73,3 +73,15 @@ local function fast_config(raw)
   fast_configs[raw], fast_config_count = found, fast_config_count + 1
   return found
 end
+
+-- Write the state hash once: `used`, an operation's two fields, and the peak as common.lua's `sample`
+-- keeps it between samples (a history's: `used` above the peak read, `st[5]`, becomes the peak).
+local function fast_set_state(state, cfg, st, used, name1, value1, name2, value2)
+  local used_text = fast_text(used)
+  local old_peak = cfg.every > 0 and tonumber(st[5])
+  if cfg.every > 0 and (not old_peak or used > old_peak) then
+    redis.call('HSET', state, 'used', used_text, name1, value1, name2, value2, 'peak', used_text)
+  else
+    redis.call('HSET', state, 'used', used_text, name1, value1, name2, value2)
+  end
+end

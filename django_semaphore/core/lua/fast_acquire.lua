@@ -86,13 +86,7 @@ local function fast_acquire(keys, args)
   local fence_text = string.format('%d', fence)
   redis.call('HSET', info, token, '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|'
              .. (args[3] or ''))
-  local acquired = string.format('%d', (tonumber(st[4]) or 0) + 1)
-  local old_peak = cfg.every > 0 and tonumber(st[5])
-  if cfg.every > 0 and (not old_peak or used > old_peak) then
-    redis.call('HSET', state, 'used', fast_text(used), 'fence', fence_text, 'acquired', acquired, 'peak', fast_text(used))
-  else
-    redis.call('HSET', state, 'used', fast_text(used), 'fence', fence_text, 'acquired', acquired)
-  end
+  fast_set_state(state, cfg, st, used, 'fence', fence_text, 'acquired', string.format('%d', (tonumber(st[4]) or 0) + 1))
   if created and not cfg.whole then
     -- The holders' keys were created by this call: they take the partition's recorded expiry.
     redis.call('PEXPIREAT', holders, recorded)

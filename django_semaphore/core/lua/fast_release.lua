@@ -54,13 +54,7 @@ local function fast_release(keys, args)
   local held_for = math.max(now - tonumber(acquired), 0)
   local hold_avg = tonumber(st[3]) or held_for
   hold_avg = string.format('%d', math.floor(hold_avg + (held_for - hold_avg) / 8))
-  local released = string.format('%d', (tonumber(st[4]) or 0) + 1)
-  local old_peak = cfg.every > 0 and tonumber(st[5])
-  if cfg.every > 0 and (not old_peak or left > old_peak) then
-    redis.call('HSET', state, 'used', fast_text(left), 'hold_avg', hold_avg, 'released', released, 'peak', fast_text(left))
-  else
-    redis.call('HSET', state, 'used', fast_text(left), 'hold_avg', hold_avg, 'released', released)
-  end
+  fast_set_state(state, cfg, st, left, 'hold_avg', hold_avg, 'released', string.format('%d', (tonumber(st[4]) or 0) + 1))
   redis.call('HDEL', info, token)
   return 1
 end
