@@ -54,7 +54,8 @@ local function fast_release(keys, args)
   local held_for = math.max(now - tonumber(acquired), 0)
   local hold_avg = tonumber(st[3]) or held_for
   hold_avg = string.format('%d', math.floor(hold_avg + (held_for - hold_avg) / 8))
-  fast_set_state(state, cfg, st, left, 'hold_avg', hold_avg, 'released', string.format('%d', (tonumber(st[4]) or 0) + 1))
+  local released = string.format('%d', (tonumber(st[4]) or 0) + 1)
+  fast_set_state(state, cfg, st, left, 'hold_avg', hold_avg, 'released', released)
   redis.call('HDEL', info, token)
   return 1
 end
