@@ -16,12 +16,19 @@ import redis
 from django.conf import settings
 
 from django_semaphore import signals
+from django_semaphore.core import scripts
 from django_semaphore.core.outages import outage_log
 from django_semaphore.core.renewal import renewer
 from django_semaphore.testing import RedisServer, ServerNotFound, find_binary
 
 from .support import modes
 from .support.recorded import recorded
+
+# SEMAPHORE_TEST_FAST_PATHS=0 (one CI cell, .ci/run): the engine without its fast paths (core/lua/fast*.lua),
+# so every case keeps being proved on the full operations alone. Processes a test spawns keep them: the
+# two run side by side on the same keys, as in a rolling deploy.
+if os.environ.get("SEMAPHORE_TEST_FAST_PATHS") == "0":
+    scripts.use_fast_paths(False)
 
 # Short timeouts for servers a test stops or pauses, so outages show quickly.
 OWN_SERVER_SOCKET_TIMEOUT = 0.5

@@ -67,6 +67,13 @@ OPERATIONS = (
 # The helpers every operation shares, in this order (adaptive.lua uses common.lua's).
 PRELUDE = ("common", "adaptive")
 
+# Operations with a fast path for their common case (lua/fast.lua): a function that answers the call,
+# or returns nil having written nothing, and the full operation then runs on the same call.
+FAST_PATHS = {"acquire": "fast_acquire", "release": "fast_release"}
+# Whether the library and the scripts are built with them: the tests run the whole engine without
+# them too (tests/conftest.py), so every case keeps being proved on the full operations alone.
+fast_paths_enabled = True
+
 LIBRARY_PREFIX = "django_semaphore_"
 FUNCTIONS, EVALSHA = "functions", "evalsha"
 
@@ -98,16 +105,36 @@ def app_version() -> str:
     return __version__
 
 
+def _fast(operation: str) -> str | None:
+    """The fast path's function name for ``operation`` (None: it has none, or they are switched off)."""
+    return FAST_PATHS.get(operation) if fast_paths_enabled else None
+
+
+def _fast_source() -> str:
+    """The fast paths' Lua (fast.lua, then each operation's), or nothing when they are switched off."""
+    if not fast_paths_enabled:
+        return ""
+    return _text("fast") + "".join(_text(name) for name in FAST_PATHS.values())
+
+
+def _entry(operation: str) -> str:
+    """The Lua function a library registers for ``operation``: its fast path first, if it has one."""
+    fast = _fast(operation)
+    if fast is None:
+        return f"{operation}_operation"
+    return f"function(keys, args) return {fast}(keys, args) or {operation}_operation(keys, args) end"
+
+
 @cache
 def library() -> tuple[str, str]:
     """The library's name and source."""
-    prelude = _prelude()
+    prelude = _prelude() + _fast_source()
     digest = hashlib.sha1((prelude + "".join(_text(name) for name in OPERATIONS)).encode()).hexdigest()
     name = LIBRARY_PREFIX + digest[:12]
     parts = [f"#!lua name={name}\n-- django-semaphore {app_version()}\n", prelude]
     for operation in OPERATIONS:
         parts.append(_operation_function(operation))
-        parts.append(f"redis.register_function('{name}_{operation}', {operation}_operation)\n")
+        parts.append(f"redis.register_function('{name}_{operation}', {_entry(operation)})\n")
     return name, "".join(parts)
 
 
@@ -125,15 +152,38 @@ class Script:
 
 @cache
 def script(operation: str) -> Script:
-    """``operation`` as an EVALSHA script (the prelude's ``local KEYS, ARGV`` hide the globals: kept first)."""
-    source = (
+    """``operation`` as an EVALSHA script (the prelude's ``local KEYS, ARGV`` hide the globals: kept first).
+
+    With a fast path, the script runs it first, and defines the prelude and
+    the full operation inside a function it calls only when the fast path
+    returns nil: the common case pays for neither (EVALSHA compiles the
+    whole script once; what each call pays for is what it runs).
+    """
+    head = (
         f"-- django-semaphore {app_version()} {operation} ({library()[0]})\n"
         "local SCRIPT_KEYS, SCRIPT_ARGV = KEYS, ARGV\n"
-        + _prelude()
-        + _operation_function(operation)
-        + f"return {operation}_operation(SCRIPT_KEYS, SCRIPT_ARGV)\n"
+    )
+    full = _prelude() + _operation_function(operation) + f"return {operation}_operation(SCRIPT_KEYS, SCRIPT_ARGV)\n"
+    fast = _fast(operation)
+    if fast is None:
+        return Script(operation, head + full)
+    source = (
+        head
+        + _text("fast")
+        + _text(fast)
+        + f"local fast_reply = {fast}(SCRIPT_KEYS, SCRIPT_ARGV)\n"
+        + "if fast_reply then\n  return fast_reply\nend\n"
+        + f"local function full_{operation}()\n{full}end\nreturn full_{operation}()\n"
     )
     return Script(operation, source)
+
+
+def use_fast_paths(enabled: bool) -> None:
+    """Build the library and the scripts with the fast paths or without them (for tests: both are proved)."""
+    global fast_paths_enabled
+    fast_paths_enabled = enabled
+    library.cache_clear()
+    script.cache_clear()
 
 
 def function(operation: str) -> str:

@@ -1,0 +1,87 @@
+-- The fast paths' shared part (scripts.py puts it before fast_acquire.lua and fast_release.lua).
+--
+-- An acquire and a release in their common case run a few direct commands and none of the prelude:
+-- no parsed configuration of common.lua, no write plan, no state read for the dashboard's sake. Each
+-- fast function returns nil, having written nothing, as soon as the call is not the common case (or
+-- any argument is not in its plain form), and the library's function (or the EVALSHA script) then runs
+-- the full operation on the same call, in the same script: no extra round trip, and every rare case,
+-- refusal and error keeps its one code path. An EVALSHA script defines the prelude inside a function
+-- it calls only then, so the common case does not pay for defining it either.
+local FAST_MAX_MS = 315360000000          -- common.lua's MAX_MS: ten years
+local FAST_MAX_AT = 9007199254740991      -- the "not after" and "grant before" bound (2^53 - 1)
+local fast_configs, fast_config_count = {}, 0  -- limit, every, idle, whole by configuration text (Functions only)
+local fast_texts = {}                     -- small integers as text, by value (Functions only)
+
+-- Formatting a number is among the dearest things a script does (a number passed to redis.call is
+-- formatted too): small ones (counts of permits) are formatted once each, the others once per call.
+local function fast_text(n)
+  local text = fast_texts[n]
+  if not text then
+    text = string.format('%d', n)
+    if n < 100000 then
+      fast_texts[n] = text
+    end
+  end
+  return text
+end
+
+-- The server's clock: ms as a number and as text (TIME's seconds, then its microseconds' first three
+-- of six digits: no number is formatted).
+local function fast_now()
+  local t = redis.call('TIME')
+  local text = t[1] .. string.sub('00000' .. t[2], -6, -4)
+  return tonumber(text), text
+end
+
+-- State fields the fast paths read, by the configuration's kind: a history wants `peak` and
+-- `sampled_at` (at 5 and 6), and every semaphore its recorded expiry `expires_at` (last): the full
+-- operations refresh it (a whole semaphore's too, for its waiting line's keys) when it falls short.
+local function fast_fields(first, history)
+  local fields = {first[1], first[2], first[3], first[4]}
+  if history then
+    fields[5], fields[6] = 'peak', 'sampled_at'
+  end
+  fields[#fields + 1] = 'expires_at'
+  return fields
+end
+local ACQUIRE_FIELDS = {'limit', 'used', 'fence', 'acquired'}
+local RELEASE_FIELDS = {'used', 'fence', 'hold_avg', 'released'}
+
+-- limit, every_ms, idle_ms, whole (and the state fields each fast path reads) of a fixed-limit configuration whose
+-- every field is in range; nil for an adaptive one, or any configuration common.lua's read_config
+-- would refuse.
+local function fast_config(raw)
+  local found = fast_configs[raw]
+  if found then
+    return found
+  end
+  local limit, ttl, every, keep, idle, whole = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) [01] ([01])$')
+  if not limit then
+    return nil
+  end
+  limit, ttl, every, keep, idle = tonumber(limit), tonumber(ttl), tonumber(every), tonumber(keep), tonumber(idle)
+  if limit > 1000000000 or ttl < 1 or ttl > FAST_MAX_MS or keep < 1 or keep > 100000 or idle < 1
+      or idle > FAST_MAX_MS then
+    return nil
+  end
+  found = {limit = limit, every = every, idle = idle, whole = whole == '1'}
+  found.acquire_fields = fast_fields(ACQUIRE_FIELDS, every > 0)
+  found.release_fields = fast_fields(RELEASE_FIELDS, every > 0)
+  if fast_config_count >= 1000 then
+    fast_configs, fast_config_count = {}, 0  -- as common.lua's cache: a site has a handful
+  end
+  fast_configs[raw], fast_config_count = found, fast_config_count + 1
+  return found
+end
+
+-- Write the state hash once: `used`, an operation's two fields, and the peak as common.lua's `sample`
+-- keeps it between samples (a history's: `used` above the peak read, `st[5]`, becomes the peak).
+local function fast_set_state(state, cfg, st, used, name1, value1, name2, value2)
+  local used_text = fast_text(used)
+  local old_peak = cfg.every > 0 and tonumber(st[5])
+  if cfg.every > 0 and (not old_peak or used > old_peak) then
+    redis.call('HSET', state, 'used', used_text, name1, value1, name2, value2, 'peak', used_text)
+  else
+    redis.call('HSET', state, 'used', used_text, name1, value1, name2, value2)
+  end
+end

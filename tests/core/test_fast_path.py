@@ -1,0 +1,359 @@
+"""The acquire's and the release's fast paths (core/lua/fast*.lua) against the full operations.
+
+Each scenario runs the same calls twice on fresh keys, once with the fast
+paths and once without (``scripts.use_fast_paths``), in both ways the engine
+runs its Lua (Functions, EVALSHA), and compares every reply and the whole
+Redis state after every step: keys, types, contents and expiries, with
+readings of the server's clock made relative to the scenario's start. Each
+scenario also checks which path answered each call: the fast path where it is
+the common case, the full operation (on the same call) where it must fall
+through: a waiter queued, a lease that ended, a re-acquire, a weight above
+one, a paused semaphore, an adaptive limit, a partition's expiry, keys lost,
+a note or a tombstone on the caller's wake list, a history sample due, a
+call too late, a release naming another grant.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis
+
+from django_semaphore.core import scripts
+from django_semaphore.core.calls import ScriptCall
+from django_semaphore.core.redis_keys import SemaphoreKeys
+from django_semaphore.testing import RedisServer
+
+from ..support import modes
+
+IDLE_MS = 8000
+# limit waiter_ttl every keep idle fair whole (common.lua's header)
+WHOLE = f"3 2000 60000 10 {IDLE_MS} 1 1"
+PARTITION = f"3 2000 0 10 {IDLE_MS} 1 0"
+ADAPTIVE = WHOLE + " 1 5 3 0 60000 0.5 1.5"
+META = b'{"host": "h", "pid": 1}'
+NONCE = "0123456789abcdef"
+
+
+@dataclass
+class Run:
+    """One run of a scenario: its client, keys, clock origin, and what each call did."""
+
+    client: redis.Redis
+    admin: redis.Redis
+    keys: SemaphoreKeys
+    config: str = WHOLE
+    origin_ms: int = 0
+    paths: list[str] = field(default_factory=list)
+    raw: list[Any] = field(default_factory=list)
+    replies: list[Any] = field(default_factory=list)
+    states: list[Any] = field(default_factory=list)
+
+    def _full_reads(self) -> int:
+        return int(self.admin.info("commandstats").get("cmdstat_zcard", {}).get("calls", 0))
+
+    def call(self, call: ScriptCall, expected_path: str | None = None) -> Any:
+        """Run ``call``; record its reply, the state after it, and which path answered (fast or full)."""
+        before = self._full_reads()
+        try:
+            reply: Any = scripts.run(self.client, call)
+        except redis.ResponseError as error:
+            reply = "error: " + str(error).split(" script: ")[0]  # without the script's name and line
+        # Every full operation reads the length of the line (ZCARD, common.lua's read_line); the fast paths do not.
+        path = "full" if self._full_reads() > before or not scripts.fast_paths_enabled else "fast"
+        if scripts.fast_paths_enabled and expected_path is not None:
+            assert path == expected_path, (call.script, call.args, reply)
+        self.paths.append(path)
+        self.raw.append(reply)
+        normal = self.normal(reply)
+        if call.script == "acquire" and isinstance(reply, list) and len(reply) >= 12:
+            # The earliest lease's end and the expected wait, ms from now: in whole seconds.
+            normal[8], normal[9] = round(int(reply[8]) / 1000), round(int(reply[9]) / 1000)
+        self.replies.append(normal)
+        self.states.append(self.snapshot())
+        return reply
+
+    def acquire(self, token: str, expected_path: str | None = None, **request: Any) -> Any:
+        fields = {"weight": 1, "lease": 60000, "mode": "try", "claim": 4000, "hold": 0, "nonce": NONCE}
+        fields |= {"not_after": 0, "grant_before": 0} | request
+        text = " ".join(str(fields[name]) for name in ("weight", "lease", "mode", "claim", "hold", "nonce"))
+        text = f"{token} {text} {fields['not_after']} {fields['grant_before']}"
+        keys = [*self.keys.common, self.keys.wake(token)]
+        return self.call(ScriptCall("acquire", keys, [self.config, text, META]), expected_path)
+
+    def release(self, token: str, expected_path: str | None = None, nonce: str = "", fence: Any = "") -> Any:
+        return self.call(ScriptCall("release", self.keys.common, [self.config, token, nonce, fence]), expected_path)
+
+    def set_limit(self, operation: str, value: int = 0) -> Any:
+        return self.call(ScriptCall("set_limit", self.keys.common, [self.config, operation, value]))
+
+    def now_ms(self) -> int:
+        seconds, micros = self.admin.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def normal(self, value: Any) -> Any:
+        """``value`` with the key prefix and the server's clock readings made comparable across runs."""
+        if isinstance(value, (list, tuple)):
+            return [self.normal(item) for item in value]
+        if isinstance(value, bytes):
+            value = value.decode()
+        if isinstance(value, float) and value == int(value):
+            value = int(value)
+        text = str(value).replace(self.keys.base, "<base>")
+
+        def relative(match: re.Match[str]) -> str:
+            number = int(match.group(0))
+            if number >= 10**14:  # a fence seeded from the clock in microseconds
+                return f"F{(number - self.origin_ms * 1000) // 10**6}"
+            return f"T{(number - self.origin_ms) // 1000}"  # a reading of the clock, ms: in whole seconds since
+
+        return re.sub(r"\d{13,}", relative, text)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every key of the scenario: type, contents (normalized) and expiry (whole seconds left)."""
+        found: dict[str, Any] = {}
+        for raw in sorted(self.admin.scan_iter(match=self.keys.base + "*")):
+            key = raw.decode()
+            kind = self.admin.type(key).decode()
+            if kind == "hash":
+                content: Any = {k.decode(): self.normal(v) for k, v in self.admin.hgetall(key).items()}
+                if "hold_avg" in content:  # holds of a few ms: a moving average of how long each took
+                    content["hold_avg"] = int(content["hold_avg"]) // 1000
+            elif kind == "zset":
+                content = [(self.normal(m), self.normal(s)) for m, s in self.admin.zrange(key, 0, -1, withscores=True)]
+            elif kind == "list":
+                content = self.normal(self.admin.lrange(key, 0, -1))
+            else:
+                content = self.normal(self.admin.get(key))
+            ttl = self.admin.pttl(key)
+            found[self.normal(key)] = (kind, content, ttl if ttl < 0 else math.ceil(ttl / 1000))
+        return found
+
+
+@pytest.fixture
+def engines(way: modes.Way, redis_server: RedisServer, key_prefix: str) -> Iterator[Callable[[str], Run]]:
+    """A Run on fresh keys, with fast paths on or off (restored afterwards) in this test's way."""
+    clients: list[redis.Redis] = []
+    admin = redis.Redis.from_url(redis_server.url)
+    clients.append(admin)
+    before = scripts.fast_paths_enabled
+
+    def make(name: str) -> Run:
+        client = redis.Redis.from_url(way.url(redis_server.url))
+        clients.append(client)
+        run = Run(client, admin, SemaphoreKeys.build(key_prefix, name, None))
+        run.origin_ms = run.now_ms()
+        return run
+
+    try:
+        yield make
+    finally:
+        scripts.use_fast_paths(before)
+        for client in clients:
+            client.close()
+
+
+Scenario = Callable[[Run], None]
+
+
+def both(engines: Callable[[str], Run], scenario: Scenario, way: modes.Way) -> Run:
+    """``scenario`` with the fast paths, then without: the same replies and state after every step."""
+    runs = []
+    for enabled in (True, False):
+        scripts.use_fast_paths(enabled)
+        run = engines(f"fast-{enabled}")
+        scenario(run)
+        runs.append(run)
+        assert scripts.mode_of(run.client) == str(way)
+    fast, full = runs
+    assert fast.replies == full.replies
+    for step, (with_fast, without) in enumerate(zip(fast.states, full.states, strict=True)):
+        assert with_fast == without, f"state after step {step} ({fast.paths[step]} path)"
+    return fast
+
+
+def seeded(run: Run) -> None:
+    """A semaphore with a fence (its first grant, the full operation's), held by nobody."""
+    run.acquire("seed", "full")
+    run.release("seed", "fast")
+
+
+def test_the_common_case_is_the_fast_paths_answer(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        seeded(run)
+        first = run.acquire("a", "fast")
+        assert first[0] == 1 and first[3] == 1  # granted, one used
+        assert run.acquire("b", "fast", hold=30000)[0] == 1  # a max hold caps the lease
+        assert run.acquire("c", "fast", not_after=run.now_ms() + 60000, grant_before=run.now_ms() + 60000)[0] == 1
+        assert run.release("a", "fast") == 1
+        assert run.release("b", "fast", nonce=NONCE) == 1  # a clean-up naming its grant
+        fence = run.raw[-3][1]
+        assert run.release("c", "fast", fence=str(fence)) == 1  # a retried release naming its fence
+        assert run.acquire("a", "fast")[0] == 1  # the holders' keys made again
+        assert run.release("a", "fast") == 1
+
+    fast = both(engines, scenario, way)
+    assert fast.paths.count("fast") == 9
+
+
+def test_a_queued_waiter_is_never_passed(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        seeded(run)
+        run.set_limit("set", 1)
+        assert run.acquire("a", "fast")[0] == 1
+        assert run.acquire("w", "full", mode="wait")[0] == 3  # queued
+        run.set_limit("set", 2)  # a permit free again: it goes to the waiter, by the full operation
+        run.set_limit("set", 3)  # one free, and nobody waits for it
+        assert run.acquire("n", "fast")[0] == 1
+        assert run.release("a", "fast") == 1
+        assert run.acquire("w2", "fast")[0] == 1
+        run.set_limit("set", 1)
+        assert run.acquire("w3", "full", mode="wait")[0] == 3
+        assert run.acquire("late", "full")[0] == 0  # someone in line: the newcomer is turned away
+        assert run.release("n", "full") == 1  # a line to serve: still full (limit 1, two held)
+
+    both(engines, scenario, way)
+
+
+def test_ended_leases_are_reclaimed_by_the_full_operation(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        seeded(run)
+        assert run.acquire("short", "fast", lease=20)[0] == 1
+        assert run.acquire("long", "fast")[0] == 1
+        time.sleep(0.05)
+        assert run.acquire("a", "full")[0] == 1  # reclaims "short" first
+        assert run.acquire("short2", "fast", lease=20)[0] == 1
+        time.sleep(0.05)
+        assert run.release("short2", "full") == 0  # its own lease ended: counted lost
+        assert run.release("a", "fast") == 1
+
+    both(engines, scenario, way)
+
+
+def test_re_acquire_weight_and_pause_fall_through(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        seeded(run)
+        assert run.acquire("a", "fast")[0] == 1
+        assert run.acquire("a", "full", lease=90000)[0] == 2  # held already: renewed
+        assert run.acquire("a", "full", weight=2)[0] == -3  # held with another weight
+        assert run.acquire("b", "full", weight=2)[0] == 1
+        assert run.acquire("c", "full")[0] == 0  # full: refused (and audited)
+        assert run.acquire("d", "full", weight=4)[0] == -1  # above the limit
+        run.set_limit("set", 0)  # paused
+        assert run.release("a", "fast") == 1
+        assert run.acquire("e", "full")[0] == 0
+        run.set_limit("clear")
+        assert run.release("b", "fast") == 1
+        assert run.release("b", "full") == 0  # released twice: refused
+        assert run.release("nobody", "full") == 0
+
+    both(engines, scenario, way)
+
+
+def test_calls_too_late_or_naming_another_grant_fall_through(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        seeded(run)
+        past = run.now_ms() - 10
+        assert run.acquire("a", not_after=past)[0] == -2  # refused before the full operation reads the line
+        assert run.acquire("a", "full", grant_before=past)[0] == 0
+        assert run.acquire("a", "fast")[0] == 1
+        assert run.release("a", "full", nonce="ffff") == 0  # another call's grant: not this one
+        assert run.release("a", "full", fence="1") == 0
+        assert run.release("a", "fast", fence=str(run.raw[-3][1])) == 1
+
+    both(engines, scenario, way)
+
+
+def test_notes_and_tombstones_on_the_wake_list_fall_through(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        seeded(run)
+        run.admin.rpush(run.keys.wake("a"), f"C|{NONCE}")  # a clean-up overtook this call: refused
+        run.admin.pexpire(run.keys.wake("a"), 60000)
+        assert run.acquire("a")[0] == -2
+        run.admin.rpush(run.keys.wake("b"), "W")  # a wake-up note from an earlier wait
+        run.admin.pexpire(run.keys.wake("b"), 60000)
+        assert run.acquire("b", "full")[0] == 1
+        assert run.release("b", "fast") == 1
+
+    both(engines, scenario, way)
+
+
+def test_keys_lost_or_edited_fall_through(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        seeded(run)
+        assert run.acquire("a", "fast")[0] == 1
+        run.admin.delete(run.keys.state)  # state lost: the fence comes back from the clock
+        assert run.acquire("b", "full")[0] == 1
+        assert run.release("a", "fast") == 1
+        run.admin.delete(run.keys.holders)  # holders lost while `used` counts one
+        assert run.acquire("c", "full")[0] == 1
+        assert run.release("b", "full") == 0  # its record alone is left
+        run.admin.hset(run.keys.state, "used", "1.5")  # edited by hand: recounted
+        assert run.acquire("d", "full")[0] == 1
+        assert run.release("c", "fast") == 1
+        run.admin.hset(run.keys.info, "d", "junk")  # a holder's record edited by hand
+        assert run.release("d", "full") == 1
+
+    both(engines, scenario, way)
+
+
+def test_a_partition_keeps_its_expiry(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        run.config = PARTITION
+        seeded(run)
+        assert run.acquire("a", "fast")[0] == 1  # its holders' keys made again, with the recorded expiry
+        assert run.release("a", "fast") == 1
+        assert run.acquire("b", "full", lease=90000)[0] == 1  # outlives the recorded expiry: refreshed
+        assert run.acquire("c", "fast")[0] == 1
+        run.admin.hset(run.keys.state, "expires_at", run.now_ms() + IDLE_MS - 1000)  # falls short of idle
+        assert run.release("c", "full") == 1  # the keys must outlive the release by the idle period
+        assert run.release("b", "fast") == 1
+
+    both(engines, scenario, way)
+
+
+def test_a_whole_semaphore_records_its_expiry_too(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        seeded(run)
+        assert run.acquire("a", "full", lease=90000)[0] == 1  # past the recorded expiry: a later one recorded
+        assert run.acquire("b", "fast")[0] == 1
+        run.admin.hset(run.keys.state, "expires_at", run.now_ms() + IDLE_MS - 1000)
+        assert run.release("b", "full") == 1
+        assert run.release("a", "fast") == 1
+
+    both(engines, scenario, way)
+
+
+def test_an_adaptive_limit_and_a_due_sample_take_the_full_operation(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        run.config = ADAPTIVE
+        seeded_adaptive = run.acquire("a", "full")
+        assert seeded_adaptive[0] == 1
+        assert run.release("a", "full") == 1
+        run.config = WHOLE.replace(" 60000 ", " 1 ", 1)  # a history sample every ms
+        time.sleep(0.002)
+        assert run.acquire("b", "full")[0] == 1
+        time.sleep(0.002)
+        assert run.release("b", "full") == 1
+
+    both(engines, scenario, way)
+
+
+def test_bad_arguments_get_the_full_operations_errors(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        seeded(run)
+        assert "lease must be an integer" in str(run.acquire("a", lease=0))
+        assert "mode must be" in str(run.acquire("a", mode="maybe"))
+        assert run.acquire("a", "full", nonce="not-hex")[0] == 1  # not its plain form: the full operation
+        assert "token must be" in str(run.acquire("b" * 201))
+        run.config = "3 2000 60000 10 0 1 1"  # idle 0: refused
+        assert "idle expiry must be" in str(run.acquire("c"))
+        assert "idle expiry must be" in str(run.release("a"))
+
+    both(engines, scenario, way)
