@@ -54,6 +54,7 @@ HEADLINES: list[tuple[str, str, Check | None, str, str]] = [
     ("scale_10k_holders_ratio", "scale: cost with 10,000 holders / 10", lambda v: v <= 1.5, "<= 1.5", "{:.2f}"),
     ("scale_1k_waiters_ratio", "scale: cost with 1,000 waiters / 10 holders", None, "", "{:.2f}"),
     ("bytes_per_holder", "Redis memory per holder (bytes)", None, "", "{:.0f}"),
+    ("dashboard_slowest_ms", "dashboard: slowest page, 300k partitions (ms)", lambda v: v < 1000, "< 1000", "{:.0f}"),
     ("decorator_added_rtt", "web: decorator's cost per request, in RTTs", lambda v: v <= 3, "<= 3", "{:.1f}"),
     ("middleware_added_rtt", "web: middleware's cost per request, in RTTs", lambda v: v <= 3, "<= 3", "{:.1f}"),
     ("async_ratio_vs_threads", "async: 100 tasks vs 100 threads", lambda v: v >= 1, ">= 1", "{:.2f}"),
