@@ -102,5 +102,6 @@ def outcomes_chart(series: dict[str, list[int]], first_slot: int, now_ms: int, w
             if start + SLOT_MS <= now_ms - window_ms:
                 continue
             points += [_xy(start, rate, now_ms, top, window_ms), _xy(start + SLOT_MS, rate, now_ms, top, window_ms)]
-        lines[name] = " ".join(points)
+        # An outcome that did not happen draws nothing, rather than a line along the axis over the others.
+        lines[name] = " ".join(points) if any(values) else ""
     return {**lines, "top": top, "y_axis": y_axis(top), "window_ms": window_ms}

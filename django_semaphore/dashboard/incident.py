@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext
+
 from ..core.safe_text import for_terminal
 from ..core.tally import BOUNDS, SLOT_MS
 from ..ops.overview import duration
@@ -54,6 +56,7 @@ def _decorate(row: dict[str, Any], found: dict[str, Any]) -> None:
     window_ms = _window(row, slots, now_ms)
     first = (now_ms - window_ms) // SLOT_MS
     found["since"] = None if found["since_ms"] is None else clock.at(found["since_ms"])
+    found["since_shown"] = found["since"] or gettext("nothing counted yet")
     found["per_second_shown"] = {result: _rate(value) for result, value in found["per_second"].items()}
     for kind in ("wait", "hold"):
         found[kind]["p50_shown"] = seconds_shown(found[kind]["p50"])

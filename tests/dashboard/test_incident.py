@@ -78,7 +78,7 @@ def test_the_json_has_rates_since_and_percentiles(viewer: Client) -> None:
     assert per_second["acquired"] == pytest.approx(3 / activity["minute_s"], abs=0.01)
     assert per_second["rejected"] == pytest.approx(1 / activity["minute_s"], abs=0.01)
     since = datetime.fromtimestamp(activity["since_ms"] / 1000, ZoneInfo(ZONE)).strftime("%Y-%m-%d %H:%M:%S")
-    assert activity["since"] == since
+    assert activity["since"] == since == activity["since_shown"]
     assert activity["wait"]["count"] == 3 and activity["hold"]["count"] == 3
     assert activity["hold"]["p95"] >= 0.1  # the 0.2 s hold, in (0.1, 0.25]
     assert activity["hold"]["p50"] < 0.1  # two of three were released at once
@@ -99,6 +99,8 @@ def test_the_page_shows_rates_percentiles_axes_legends_and_its_one_zone(viewer: 
     for legend in ("peak in use", "waiting", "limit in force", "admitted", "rejected", "timed out"):
         assert legend in card
     assert "samples)" not in card  # the old "(1 samples)" caption is gone
+    reports = page[page.index('data-semaphore="reports"') :]
+    assert 'Counted since <span data-field="activity.since_shown">nothing counted yet</span>' in reports
     # Keyed semaphores add up their keys' outcomes next to the busiest keys.
     search = page[page.index('data-semaphore="search"') :]
     assert "Outcomes per second" in search[: search.index("</section>")]
@@ -112,6 +114,7 @@ def test_the_outcomes_chart_has_a_round_scale_and_one_step_per_whole_slot() -> N
     )
     assert chart["top"] == 5 and chart["y_axis"] == ["5", "2.5", "0"]  # 3/s at the busiest: scale 5
     assert len(chart["rejected"].split()) == 4  # two whole slots, two points each; the current one left out
+    assert chart["timed_out"] == ""  # nothing timed out: no line along the axis
     assert chart["acquired"].split()[2] == f"{360 - 14_000 / 60_000 * 360:.1f},{60 - 3 / 5 * 60:.1f}"
     assert [nice_top(v) for v in (0, 0.3, 1, 1.01, 7, 40)] == [1, 0.5, 1, 2, 10, 50]
 
