@@ -43,7 +43,7 @@ QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5, 8.0, 20)
 def benchmarks(
     plan: Plan, processes: int, wrk: bool = False, svg: str | None = None
 ) -> dict[str, Callable[[Bench], dict[str, Any]]]:
-    from . import adaptive, concurrency, contended, cycle, expiry, handoff, otel, room, scale, web
+    from . import adaptive, concurrency, contended, cycle, dashboard, expiry, handoff, otel, room, scale, web
 
     return {
         "cycle": lambda b: cycle.run(b, plan.cycle_seconds, plan.repeats),
@@ -56,6 +56,7 @@ def benchmarks(
         "adaptive": lambda b: adaptive.run(b, plan.adaptive_seconds, svg),
         "room": lambda b: room.run(b, plan.repeats),
         "otel": lambda b: otel.run(b, max(5, plan.repeats + 2)),
+        "dashboard": lambda b: dashboard.run(b, plan.repeats),
     }
 
 
@@ -90,14 +91,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown (for README)")
     parser.add_argument(
-        "--only", default="", help="comma-separated: cycle,contended,handoff,expiry,scale,web,async,adaptive,room,otel"
+        "--only",
+        default="",
+        help="comma-separated: cycle,contended,handoff,expiry,scale,web,async,adaptive,room,otel,dashboard",
     )
     parser.add_argument("--processes", type=int, default=0, help="contended processes (default 12; 4 with --quick)")
     parser.add_argument("--wrk", action="store_true", help="drive the web benchmark with wrk (if installed)")
     parser.add_argument("--svg", default=None, help="adaptive: write a chart of limit and work time to this file")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    everything = ["cycle", "contended", "handoff", "expiry", "scale", "web", "async", "adaptive", "room", "otel"]
+    everything = [
+        "cycle",
+        "contended",
+        "handoff",
+        "expiry",
+        "scale",
+        "web",
+        "async",
+        "adaptive",
+        "room",
+        "otel",
+        "dashboard",
+    ]
     names = [n.strip() for n in args.only.split(",") if n.strip()] or everything
     unknown = set(names) - set(everything)
     if unknown:

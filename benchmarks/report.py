@@ -75,6 +75,7 @@ HEADLINES: list[tuple[str, str, Check | None, str, str]] = [
     ("room_poll_server_us_10", "waiting room: server us per poll, 10 in line", None, "", "{:.1f}"),
     ("room_poll_server_us_10k", "waiting room: server us per poll, 10,000 in line", None, "", "{:.1f}"),
     ("room_poll_10k_ratio", "waiting room: poll at 10,000 in line / at 10", lambda v: v <= 1.5, "<= 1.5", "{:.2f}"),
+    ("dashboard_slowest_ms", "dashboard: slowest page, 300k partitions (ms)", lambda v: v < 1000, "< 1000", "{:.0f}"),
     ("decorator_added_rtt", "web: decorator's cost per request, in RTTs", lambda v: v <= 3, "<= 3", "{:.1f}"),
     ("middleware_added_rtt", "web: middleware's cost per request, in RTTs", lambda v: v <= 3, "<= 3", "{:.1f}"),
     ("decorator_added_vs_lock", "web: decorator's cost vs a hand-written Lock's", lambda v: v <= 1, "<= 1", "{:.2f}x"),

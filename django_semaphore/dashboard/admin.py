@@ -15,6 +15,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
+from django.utils import timezone
 from django.views.decorators.clickjacking import xframe_options_deny
 
 from ..models import SemaphoreDashboard
@@ -48,7 +49,9 @@ class SemaphoreDashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
         def page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
             def bound(request: HttpRequest, **kwargs: Any) -> HttpResponse:
-                return view(self, request, **kwargs)
+                # One zone on every page: the site's (dashboard/clock.py), whatever zone a middleware activated.
+                with timezone.override(timezone.get_default_timezone()):
+                    return view(self, request, **kwargs)
 
             return xframe_options_deny(self.admin_site.admin_view(bound))
 

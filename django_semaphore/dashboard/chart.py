@@ -7,7 +7,10 @@ numbers whether the page was rendered or refreshed by the JSON endpoint.
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from ..core.tally import SLOT_MS
 
 WIDTH = 360  # one unit per 10 s sample over an hour
 HEIGHT = 60
@@ -17,7 +20,7 @@ WINDOW_MS = 3_600_000
 MIN_WINDOW_MS = 300_000
 
 
-def _xy(at_ms: int, value: int, now_ms: int, top: int, window_ms: int) -> str:
+def _xy(at_ms: int, value: float, now_ms: int, top: float, window_ms: int) -> str:
     x = max(WIDTH - (now_ms - at_ms) / window_ms * WIDTH, 0.0)
     y = HEIGHT - min(value, top) / top * HEIGHT
     return f"{x:.1f},{y:.1f}"
@@ -56,4 +59,49 @@ def utilisation_chart(
         "top": top,
         "samples": len(samples) - 1,
         "window_minutes": round(window_ms / 60_000),
+        "window_ms": window_ms,
+        "y_axis": y_axis(top),
     }
+
+
+def nice_top(value: float) -> float:
+    """The smallest of 1, 2, 5 times a power of ten at or above ``value``: a scale a reader takes in at once."""
+    if value <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(value))
+    return float(next(step * power for step in (1, 2, 5, 10) if step * power >= value * (1 - 1e-9)))
+
+
+def _tick(value: float) -> str:
+    return f"{value:.2f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
+
+
+def y_axis(top: float) -> list[str]:
+    """The vertical axis's values, top to bottom: its top, half of it, and 0."""
+    return [_tick(top), _tick(top / 2), "0"]
+
+
+def outcomes_chart(series: dict[str, list[int]], first_slot: int, now_ms: int, window_ms: int) -> dict[str, Any]:
+    """Each outcome per second as a step line, one step per whole slot, over the same window as the usage chart.
+
+    ``series`` holds each outcome's count per slot from ``first_slot`` to
+    the current one; the current slot, still filling (counts arrive in
+    batches), is left out: a step drawn from part of a slot would read as a
+    drop. The scale is a round number at or above the busiest slot's rate.
+    """
+    current = now_ms // SLOT_MS
+    rates = {
+        name: [count * 1000 / SLOT_MS for count in counts[: current - first_slot]] for name, counts in series.items()
+    }
+    top = nice_top(max((rate for values in rates.values() for rate in values), default=0.0))
+    lines = {}
+    for name, values in rates.items():
+        points = []
+        for index, rate in enumerate(values):
+            start = (first_slot + index) * SLOT_MS
+            if start + SLOT_MS <= now_ms - window_ms:
+                continue
+            points += [_xy(start, rate, now_ms, top, window_ms), _xy(start + SLOT_MS, rate, now_ms, top, window_ms)]
+        # An outcome that did not happen draws nothing, rather than a line along the axis over the others.
+        lines[name] = " ".join(points) if any(values) else ""
+    return {**lines, "top": top, "y_axis": y_axis(top), "window_ms": window_ms}

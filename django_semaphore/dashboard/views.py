@@ -47,7 +47,9 @@ from ..ops.overview import (
 )
 from ..ops.pausing import pause, resume
 from ..web.usage import dry_run_only
+from . import clock
 from .chart import HEIGHT, WIDTH, utilisation_chart
+from .incident import add_activity
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -186,6 +188,7 @@ def _context(model_admin: DashboardAdmin, request: HttpRequest, title: str, **ex
         "chart_height": HEIGHT,
         "max_partitions": MAX_PARTITIONS,
         "dashboard_url": _url(model_admin, "changelist"),
+        "time_zone": clock.zone(),
         **extra,
     }
 
@@ -204,7 +207,7 @@ def _shown_to(request: HttpRequest, rows: list[dict[str, Any]]) -> list[dict[str
 
 
 def _dashboard_rows(model_admin: DashboardAdmin) -> list[dict[str, Any]]:
-    return [_decorate(model_admin, row) for row in overview(history=True)["semaphores"]]
+    return add_activity([_decorate(model_admin, row) for row in overview(history=True)["semaphores"]])
 
 
 def dashboard(model_admin: DashboardAdmin, request: HttpRequest) -> HttpResponse:
@@ -225,11 +228,17 @@ def dashboard_json(model_admin: DashboardAdmin, request: HttpRequest) -> HttpRes
         rows = _shown_to(request, _dashboard_rows(model_admin))
     except OUTAGES as exc:
         return _unavailable(model_admin, request, exc)
-    return JsonResponse({"schema": SCHEMA_VERSION, "semaphores": rows})
+    return JsonResponse({"schema": SCHEMA_VERSION, "semaphores": rows, **_updated(rows)})
+
+
+def _updated(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """When the answer was read, by the server's clock in the site's zone: the page's "Updated" says this time."""
+    now_ms = max((row["activity"]["now_ms"] for row in rows), default=None)
+    return {"updated_at": None if now_ms is None else clock.at(now_ms, clock.TIME), "time_zone": clock.zone()}
 
 
 def _detail_row(model_admin: DashboardAdmin, sem: Semaphore) -> dict[str, Any]:
-    return _decorate(model_admin, summary(sem, holders=True, history=True))
+    return add_activity([_decorate(model_admin, summary(sem, holders=True, history=True))])[0]
 
 
 def detail(model_admin: DashboardAdmin, request: HttpRequest, name: str) -> HttpResponse:
@@ -265,7 +274,7 @@ def detail_json(model_admin: DashboardAdmin, request: HttpRequest, name: str) ->
         (row,) = _shown_to(request, [_detail_row(model_admin, _target(name, request.GET.get("partition")))])
     except OUTAGES as exc:
         return _unavailable(model_admin, request, exc)
-    return JsonResponse({"schema": SCHEMA_VERSION, "semaphores": [row]})
+    return JsonResponse({"schema": SCHEMA_VERSION, "semaphores": [row], **_updated([row])})
 
 
 def _holder(sem: Semaphore, token: str) -> Holder:

@@ -91,6 +91,11 @@
             card.querySelector("[data-chart-waiting]")?.setAttribute("points", row.chart.waiting);
             card.querySelector("[data-chart-limit]")?.setAttribute("points", row.chart.limit);
         }
+        if (row.activity) {
+            card.querySelectorAll("[data-outcome-line]").forEach((line) => {
+                line.setAttribute("points", text(row.activity.chart[line.dataset.outcomeLine]));
+            });
+        }
         if (row.keyed) {
             rebuild(card.querySelector("[data-busiest]"), card.querySelector("[data-busiest-template]"), row.busiest);
         }
@@ -116,7 +121,8 @@
                 }
             });
             liveStatus.classList.remove("sem-stale");
-            liveStatus.textContent = liveStatus.dataset.textOk + " " + new Date().toLocaleTimeString();
+            // The server's time in the site's zone, as every other time on the page: never the browser's.
+            liveStatus.textContent = liveStatus.dataset.textOk + " " + text(data.updated_at);
         } catch (error) {
             liveStatus.classList.add("sem-stale");
             liveStatus.textContent = liveStatus.dataset.textStale + " " + text(error.message);
