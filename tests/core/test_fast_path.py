@@ -221,15 +221,19 @@ def test_a_queued_waiter_is_never_passed(engines, way) -> None:
     both(engines, scenario, way)
 
 
+SHORT_MS = 500
+
+
 def test_ended_leases_are_reclaimed_by_the_full_operation(engines, way) -> None:
     def scenario(run: Run) -> None:
         seeded(run)
-        assert run.acquire("short", "fast", lease=20)[0] == 1
+        # Leases long enough that a busy machine's pause between two calls does not end one early.
+        assert run.acquire("short", "fast", lease=SHORT_MS)[0] == 1
         assert run.acquire("long", "fast")[0] == 1
-        time.sleep(0.05)
+        time.sleep(SHORT_MS / 1000 + 0.1)
         assert run.acquire("a", "full")[0] == 1  # reclaims "short" first
-        assert run.acquire("short2", "fast", lease=20)[0] == 1
-        time.sleep(0.05)
+        assert run.acquire("short2", "fast", lease=SHORT_MS)[0] == 1
+        time.sleep(SHORT_MS / 1000 + 0.1)
         assert run.release("short2", "full") == 0  # its own lease ended: counted lost
         assert run.release("a", "fast") == 1
 
