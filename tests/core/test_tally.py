@@ -187,16 +187,20 @@ def test_the_recent_slots_hold_counts_and_the_acquired_waits(redis_client: redis
 
 
 def test_slots_that_left_their_window_are_dropped(redis_client: redis.Redis) -> None:
-    """With 1 ms slots (the script takes the length), counts are kept 3 slots and buckets 1."""
+    """With 10 ms slots (the script takes the length), counts are kept 3 slots and buckets 1."""
     client = get_client()
 
     def flush(*fields: Any) -> int:
-        call = ScriptCall("tally", [tally_key("m"), recent_key("m")], [1, 3, 1, 2, 2, 0, *fields])
+        call = ScriptCall("tally", [tally_key("m"), recent_key("m")], [10, 3, 1, 2, 2, 0, *fields])
         return int(scripts.run(client, call))
 
-    first = flush("c0", 1, "w1", 1)
-    while flush("c1", 1) < first + 2:
-        time.sleep(0.001)
+    for _ in range(50):  # a busy machine's pause may step past the slot looked for: then again, afresh
+        redis_client.delete(recent_key("m"))
+        first = flush("c0", 1, "w1", 1)
+        while (now := flush("c1", 1)) < first + 2:
+            time.sleep(0.001)
+        if now == first + 2:
+            break
     fields = {k.decode() for k in redis_client.hgetall(recent_key("m"))}
     assert f"{first}|c0" in fields and f"{first}|w1" not in fields  # its bucket left its one-slot window
     while flush() < first + 3:
