@@ -123,8 +123,10 @@ class Run:
             kind = self.admin.type(key).decode()
             if kind == "hash":
                 content: Any = {k.decode(): self.normal(v) for k, v in self.admin.hgetall(key).items()}
-                if "hold_avg" in content:  # holds of a few ms: a moving average of how long each took
-                    content["hold_avg"] = int(content["hold_avg"]) // 1000
+                if "hold_avg" in content:  # a moving average of how long each hold took: its scale, not its ms
+                    # (holds of a few ms: 0; one of a holder whose record was lost, timed from the clock: digits)
+                    hold_avg = int(content["hold_avg"])
+                    content["hold_avg"] = 0 if hold_avg < 1000 else len(str(hold_avg))
             elif kind == "zset":
                 content = [(self.normal(m), self.normal(s)) for m, s in self.admin.zrange(key, 0, -1, withscores=True)]
             elif kind == "list":
