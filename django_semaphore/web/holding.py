@@ -187,14 +187,17 @@ def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission
     permits = [admission.permit for admission in held if admission.permit is not None]
     if isinstance(response, StreamingHttpResponse):
         response.streaming_content = _until_lost(response, permits)
-    close = response.close
 
-    def close_and_release() -> None:
+    def release_on_close() -> None:
         try:
-            close()
-        finally:
             release_all(held)
+        except Exception:  # Django's close() swallows what its closers raise: say it here
+            logger.exception("Giving back a request's permits as its response closed failed.")
+            raise
 
-    response.close = close_and_release  # type: ignore[method-assign]
+    # One of the closers Django's close() runs, not a wrapper of close(): a wrapper holding the bound
+    # method is a reference cycle, and a response dropped unclosed would keep its permits (renewed)
+    # until the cyclic garbage collector happened to run, instead of giving them back at once.
+    response._resource_closers.append(release_on_close)  # type: ignore[attr-defined]
     weakref.finalize(response, _abandoned if getattr(response, "streaming", False) else _dropped, held)
     return response

@@ -39,8 +39,8 @@ class SlowToClose(HttpResponse):
     """Sent whole, then closed only after the test has killed the worker: the release never runs."""
 
     def close(self) -> None:
-        super().close()
         time.sleep(300)
+        super().close()
 
 
 @semaphore("slow-close")
