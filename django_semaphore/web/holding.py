@@ -173,7 +173,7 @@ def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission
     """Keep the permits until the response has been sent and closed.
 
     Servers call ``response.close()`` when they are done with a response
-    (WSGI and ASGI both, and so does the test client); wrapping it releases
+    (WSGI and ASGI both, and so does the test client); a closer it runs releases
     the permits then, in reverse order: after the client has the response,
     and, for a stream (a ``StreamingHttpResponse``, a ``FileResponse``, which
     does its work while it is sent), after that work. If nobody ever closes a
