@@ -217,6 +217,16 @@ def run_pipeline(client: SyncClient, calls: list[ScriptCall], deadline: Deadline
 
 def run(client: SyncClient, call: ScriptCall, deadline: Deadline) -> Any:
     """``scripts.run`` by ``deadline``."""
+    if deadline.at is None:
+        return scripts.run(client, call)
+    state = scripts.state_of(client)
+    command = scripts.direct(state, call)
+    if command is not None:
+        (reply,) = exchange(connections_for(client, call.keys[0]), deadline, [command])
+        if not isinstance(reply, redis.exceptions.ResponseError) or scripts.sent_directly(state, reply):
+            if _redirected(reply):
+                return scripts.run(client, call)
+            return scripts.raised(reply)
     return scripts.raised(run_pipeline(client, [call], deadline)[0])
 
 

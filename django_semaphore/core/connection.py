@@ -259,15 +259,24 @@ async def _closed_at_shutdown(clients: dict[str | int, AsyncClient]) -> AsyncIte
         clients.clear()
 
 
+# Each client's read timeout, read once: every acquire asks for it.
+_timeouts: weakref.WeakKeyDictionary[SyncClient | AsyncClient, float | None] = weakref.WeakKeyDictionary()
+
+
 def socket_timeout(client: SyncClient | AsyncClient) -> float | None:
     """The client's read timeout, so a blocking wait never outlasts it."""
+    try:
+        return _timeouts[client]
+    except KeyError:
+        pass
     if hasattr(client, "get_connection_kwargs"):  # RedisCluster, sync and asyncio
         kwargs = client.get_connection_kwargs()
     else:
         pool = getattr(client, "connection_pool", None)
         kwargs = getattr(pool, "connection_kwargs", None) or {}
     value = kwargs.get("socket_timeout")
-    return float(value) if value else None
+    timeout = _timeouts[client] = float(value) if value else None
+    return timeout
 
 
 # -- the client behind a cache alias ---------------------------------------------------------------

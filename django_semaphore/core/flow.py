@@ -27,7 +27,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 from . import bounded, scripts, waits
@@ -116,16 +115,35 @@ def provably_alive(reply: AcquireReply, since_sent: float, handover: Handover, c
     return reply.now_ms + since_sent * 1000 + margin_ms < handover.lease_deadline_ms
 
 
-def acquire_flow(request: AcquireRequest, clock: Callable[[], float] = time.monotonic) -> Flow:
+def first_acquire(request: AcquireRequest) -> Acquire:
+    """The step every flow starts with."""
+    return Acquire(request.wait if request.wait > 0 else None)
+
+
+def settled(reply: AcquireReply, waited: float) -> AcquireReply | None:
+    """What a first reply ends the call with, when it needs no more steps (most do); None when it does.
+
+    ``acquire_flow`` would return the same: a driver calls this to skip the
+    flow's machinery for a call that ends at its first round trip.
+    """
+    if reply.code == QUEUED or reply.code == TOO_LATE:
+        return None
+    return reply.finished(waited, reply.vanished)
+
+
+def acquire_flow(
+    request: AcquireRequest, clock: Callable[[], float] = time.monotonic, first: AcquireReply | None = None
+) -> Flow:
     """Ask once; while queued, sleep on the wake list and ask again, until ``request.wait`` runs out.
 
     Nothing is granted after the deadline: a permit handed over too late goes
-    back with the waiter's leaving the line.
+    back with the waiter's leaving the line. ``first``: the reply to the first
+    acquire, when the driver sent it itself (``settled`` found more to do).
     """
-    started = clock()
+    started = first.sent_at if first is not None else clock()
     deadline = started + request.wait
     sent = started
-    reply = AcquireReply.parse((yield Acquire(request.wait if request.wait > 0 else None)), sent)
+    reply = first if first is not None else AcquireReply.parse((yield first_acquire(request)), sent)
     # Keys any of this call's acquires found gone (reported once, with the result).
     lost = reply.vanished
     while reply.code == QUEUED:
@@ -273,8 +291,16 @@ class Driver:
     confirm: ReplicaConfirmation | None = None
     deadline: Deadline = NO_DEADLINE
 
-    def drive(self, flow: Flow) -> AcquireReply:
+    def drive(self, flow: Flow | None = None) -> AcquireReply:
+        """Run ``flow``, else ``acquire_flow``: its first acquire sent here, the flow only if its reply asks."""
         try:
+            if flow is None:
+                sent = time.monotonic()
+                reply = AcquireReply.parse(self._perform(first_acquire(self.request)), sent)
+                done = settled(reply, time.monotonic() - sent)
+                if done is not None:
+                    return done
+                flow = acquire_flow(self.request, first=reply)
             stepping: Stepping[Step, AcquireReply] = Stepping(flow)
             while stepping.step is not None:
                 stepping.reply(self._perform(stepping.step))
@@ -283,8 +309,16 @@ class Driver:
             raise
         return stepping.returned
 
-    async def adrive(self, flow: Flow) -> AcquireReply:
+    async def adrive(self, flow: Flow | None = None) -> AcquireReply:
+        """``drive`` on the asyncio client."""
         try:
+            if flow is None:
+                sent = time.monotonic()
+                reply = AcquireReply.parse(await self._aperform(first_acquire(self.request)), sent)
+                done = settled(reply, time.monotonic() - sent)
+                if done is not None:
+                    return done
+                flow = acquire_flow(self.request, first=reply)
             stepping: Stepping[Step, AcquireReply] = Stepping(flow)
             while stepping.step is not None:
                 stepping.reply(await self._aperform(stepping.step))
@@ -293,7 +327,7 @@ class Driver:
             raise
         return stepping.returned
 
-    @cached_property
+    @property
     def _read_timeout(self) -> float | None:
         return socket_timeout(self.client)
 

@@ -116,6 +116,8 @@ class Background:
                 self._schedule(permit, permit.next_renewal())
 
     def forget(self, permit: Renewable) -> None:
+        if permit not in self._due:  # never renewed here (auto_renew off): no lock to take
+            return
         with self._wakeup:
             self._due.pop(permit, None)
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -298,13 +299,23 @@ def _identity(client: SyncClient | AsyncClient) -> tuple[str, str]:
     return where, str(kwargs.get("username") or "default")
 
 
-def _state(client: SyncClient | AsyncClient) -> _ServerState:
+# Each client's state, found without working out its identity again (most of a call's own cost).
+_by_client: weakref.WeakKeyDictionary[SyncClient | AsyncClient, _ServerState] = weakref.WeakKeyDictionary()
+
+
+def state_of(client: SyncClient | AsyncClient) -> _ServerState:
+    """How ``client``'s server runs the operations, as far as this process knows."""
+    state = _by_client.get(client)
+    if state is not None:
+        return state
     identity = _identity(client)
     state = _states.get(identity)
     if state is None:
         if len(_states) >= MAX_STATES:
             _states.clear()
+            _by_client.clear()
         state = _states[identity] = _ServerState(identity[0])
+    _by_client[client] = state
     return state
 
 
@@ -360,7 +371,7 @@ def exchange(client: SyncClient | AsyncClient, calls: list[ScriptCall], extra: l
 
     Returns the calls' replies and the extra commands' replies, errors as values.
     """
-    state = _state(client)
+    state = state_of(client)
     mode = state.mode or FUNCTIONS
     forget = False  # decide again on the next call
     beat = _heartbeat_due(state)
@@ -418,7 +429,7 @@ def _prune(client: SyncClient | AsyncClient) -> Exchange:
     library is gone loads it again (or runs EVALSHA) on its next call.
     """
     own = library()[0]
-    state = _state(client)
+    state = state_of(client)
     state.beat_at = time.monotonic()
     yield Batch([heartbeat()])
     listed = yield Method("function_list", (), {"library": LIBRARY_PREFIX + "*"})
@@ -526,14 +537,61 @@ def raised(reply: Any) -> Any:
     return reply
 
 
+def direct(state: _ServerState, call: ScriptCall) -> tuple[Any, ...] | None:
+    """The command for ``call`` when it can go alone, the way already decided: None, when ``exchange`` must send it.
+
+    That is every call but a process's first to a server, the ones an
+    EVALSHA script not yet sent makes, and the heartbeat's every few minutes:
+    the common call then skips the exchange's bookkeeping.
+    """
+    mode = state.mode
+    if mode is None or (mode == EVALSHA and call.script not in state.sent):
+        return None
+    if time.monotonic() - state.beat_at >= HEARTBEAT_EVERY:
+        return None
+    return _command(mode, call, state.sent)
+
+
+def sent_directly(state: _ServerState, error: BaseException) -> bool:
+    """Whether ``direct``'s command answered as it would have in an exchange; False: send it with ``exchange``.
+
+    False when the reply says the call did not run because of the way it was
+    sent (no library, NOSCRIPT): ``exchange`` then does what it does for
+    those, and the call runs once. A refusal of scripts makes the next call
+    ask for Functions again, as ``exchange`` would.
+    """
+    if _other_way(state.mode or FUNCTIONS, error):
+        return False
+    if state.mode == EVALSHA and _scripts_unusable(error):
+        state.mode = None
+    return True
+
+
 def run(client: SyncClient, call: ScriptCall) -> Any:
     """Run one operation on a sync client."""
+    state = state_of(client)
+    command = direct(state, call)
+    if command is not None:
+        try:
+            # Unannotated in redis-py, as in ``perform``.
+            return client.execute_command(*command)  # type: ignore[no-untyped-call]
+        except ResponseError as error:
+            if sent_directly(state, error):
+                raise
     (reply,), _ = _drive(client, exchange(client, [call], []))
     return raised(reply)
 
 
 async def arun(client: AsyncClient, call: ScriptCall) -> Any:
     """Run one operation on an asyncio client."""
+    state = state_of(client)
+    command = direct(state, call)
+    if command is not None:
+        try:
+            return await client.execute_command(*command)
+        except ResponseError as error:
+            if sent_directly(state, error):
+                raise
     (reply,), _ = await _adrive(client, exchange(client, [call], []))
     return raised(reply)
 

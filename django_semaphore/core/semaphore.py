@@ -32,7 +32,7 @@ from .clients import AsyncClient, SyncClient
 from .conf import SemaphoreConfig, config_for, declared
 from .connection import aclient, get_client, translated
 from .errors import BackendUnavailable, SemaphoreFull, UnknownSemaphore, WeightAboveLimit, WeightMismatch
-from .flow import Driver, acquire_flow
+from .flow import Driver
 from .operator_actions import OperatorActions
 from .partition_browsing import PartitionBrowsing
 from .permit import Permit
@@ -172,7 +172,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             request = _left_to_wait(request, deadline)
             confirm = replicas.confirmation(self.config, client) if self.config.replicas else None
             if options.cancel is None:
-                reply = Driver(client, request, confirm, deadline).drive(acquire_flow(request))
+                reply = Driver(client, request, confirm, deadline).drive()
             else:
                 reply = cancel.drive_cancellable(client, request, confirm, options.cancel, deadline)
             if confirm is not None and confirm.short(reply):
@@ -214,7 +214,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         confirm: ReplicaConfirmation | None = (
             replicas.confirmation(self.config, client) if self.config.replicas else None
         )
-        reply = await Driver(client, request, confirm, deadline).adrive(acquire_flow(request))
+        reply = await Driver(client, request, confirm, deadline).adrive()
         if confirm is not None and confirm.short(reply):
             await scripts.arun(client, request.release_call())
             raise replicas.unconfirmed(self.name, self.partition, confirm)

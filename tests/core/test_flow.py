@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from django_semaphore.core.calls import AcquireRequest, Calls
-from django_semaphore.core.flow import CONFIRM, LEAVE, Acquire, acquire_flow, next_block
+from django_semaphore.core.flow import CONFIRM, LEAVE, Acquire, acquire_flow, next_block, settled
 from django_semaphore.core.redis_keys import SemaphoreKeys
-from django_semaphore.core.replies import FULL, GRANTED, HANDED, QUEUED
+from django_semaphore.core.replies import FULL, GRANTED, HANDED, OTHER_WEIGHT, QUEUED, TOO_HEAVY, TOO_LATE, AcquireReply
 from django_semaphore.core.waits import Block, Woken
 
 NOW_MS = 1_000_000
@@ -193,3 +193,21 @@ def test_a_wait_that_ends_at_a_lease_end_or_the_deadline_is_bounded_by_the_waite
     block = flow.send(reply(QUEUED, nearest=nearest))
     assert isinstance(block, Block)
     assert (block.precise, block.at_expiry) == (precise, at_expiry)
+
+
+@pytest.mark.parametrize("code", [GRANTED, FULL, TOO_HEAVY, OTHER_WEIGHT, QUEUED, TOO_LATE])
+def test_a_first_reply_the_driver_settles_alone_is_what_the_flow_returns_for_it(code: int) -> None:
+    """The driver sends the first acquire itself and skips the flow when the reply ends the call."""
+    answer = reply(code, deadline=NOW_MS + 60_000)
+    first = AcquireReply.parse(answer, 100.0)
+    alone = settled(first, 0.0)
+    if code in (QUEUED, TOO_LATE):
+        assert alone is None  # the flow goes on: wait in line, or give back what a retry was granted
+        step = next(acquire_flow(request(wait=5), Clock(), first=first))
+        assert step == LEAVE if code == TOO_LATE else isinstance(step, Block)
+        return
+    flow = acquire_flow(request(wait=0), Clock())
+    assert next(flow) == Acquire(None)
+    with pytest.raises(StopIteration) as done:
+        flow.send(answer)
+    assert alone == done.value.value

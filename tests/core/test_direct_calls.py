@@ -1,0 +1,71 @@
+"""A call the engine already knows how to send goes alone: one command, and nothing lost by skipping the exchange.
+
+Once a process has decided how a server runs the operations (core/scripts.py),
+each call is its one FCALL or EVALSHA, sent straight to the client. These
+tests hold it to the exchange's promises: one command per operation, the
+library's heartbeat still beating on time, and a lost library or script
+cache found and mended by the call that meets it, which runs once.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from django_semaphore import get_semaphore
+from django_semaphore.core import scripts
+from django_semaphore.core.connection import get_client
+from django_semaphore.testing import RedisServer
+
+from ..support import modes
+
+ONLY_FROM_CLIENTS = {"fcall", "fcall_ro", "evalsha", "eval", "multi", "exec", "ping"}
+
+
+def _cycle(count: int = 1) -> None:
+    sem = get_semaphore("single")
+    for _ in range(count):
+        permit = sem.acquire(auto_renew=False)
+        assert permit is not None and permit.release() is True
+
+
+def _commands(admin: redis.Redis) -> dict[str, int]:
+    stats = admin.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(entry["calls"]) for name, entry in stats.items()}
+
+
+def test_each_operation_is_one_command_and_the_heartbeat_beats_on_time(
+    way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings
+) -> None:
+    settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
+    _cycle()  # decides the way
+    beat = scripts.heartbeat_key(scripts.library()[0])
+    redis_client.delete(beat)
+    before = _commands(redis_client)
+    _cycle(5)
+    after = _commands(redis_client)
+    ran = {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
+    # Commands the scripts run count too: only those a client alone sends are compared.
+    sent = {name: count for name, count in ran.items() if name in ONLY_FROM_CLIENTS or "|" in name}
+    assert sent == {"fcall" if way.name == "functions" else "evalsha": 10}, sent
+    assert not redis_client.exists(beat)
+    # When the heartbeat falls due, the next call carries it (in the same round trip).
+    scripts.state_of(get_client()).beat_at -= scripts.HEARTBEAT_EVERY
+    _cycle()
+    assert 0 < redis_client.pttl(beat) <= scripts.HEARTBEAT_TTL * 1000
+
+
+def test_a_call_that_meets_a_lost_library_or_script_cache_mends_it_and_runs_once(
+    way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings
+) -> None:
+    settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
+    sem = get_semaphore("single")
+    held = sem.acquire(auto_renew=False)
+    assert held is not None
+    if way.name == "functions":
+        redis_client.function_delete(scripts.library()[0])
+    else:
+        redis_client.script_flush()
+    assert sem.acquire(wait=0) is None  # it ran, and once: the limit is 1 and one permit is held
+    assert sem.status().used == 1
+    assert held.release() is True
+    assert sem.status().used == 0
