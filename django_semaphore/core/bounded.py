@@ -41,7 +41,6 @@ from redis.retry import Retry
 from . import scripts
 from .calls import ScriptCall
 from .clients import AsyncClient, SyncClient
-from .connection import socket_timeout
 
 # Idle connections kept per pool; more are closed when given back.
 MAX_IDLE = 64
@@ -162,7 +161,8 @@ def exchange(connections: Connections, deadline: Deadline, commands: list[tuple[
             connection.send_packed_command(connection.pack_commands(commands), check_health=False)
         replies = []
         for _ in commands:
-            if not connection.can_read(deadline.within(connections.timeout)):
+            # Without a deadline of its own, the socket's timeout bounds each read: no poll first.
+            if deadline.at is not None and not connection.can_read(deadline.within(connections.timeout)):
                 raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.")
             try:
                 replies.append(connection.read_response())
@@ -215,10 +215,18 @@ def run_pipeline(client: SyncClient, calls: list[ScriptCall], deadline: Deadline
     return list(replies)
 
 
-def run(client: SyncClient, call: ScriptCall, deadline: Deadline) -> Any:
-    """``scripts.run`` by ``deadline``."""
-    if deadline.at is None:
-        return scripts.run(client, call)
+def run(client: SyncClient, call: ScriptCall, deadline: Deadline = NO_DEADLINE) -> Any:
+    """``scripts.run`` by ``deadline`` (None: each read bounded by the socket timeout alone).
+
+    A call whose way is decided (``scripts.direct``) goes on this module's
+    connections even without a deadline: the client's own per-command code
+    (its pool, retries and instrumentation) costs about as much CPU as the
+    rest of our layer together, and a call of ours needs none of it. A
+    connection the server closed while idle is found before sending (as the
+    client's pool does); one found closed at sending is sent again, once,
+    on a new connection; any other failure is raised to the caller's policy
+    without the client's retries, as an acquire with a deadline always was.
+    """
     state = scripts.state_of(client)
     command = scripts.direct(state, call)
     if command is not None:
@@ -227,6 +235,8 @@ def run(client: SyncClient, call: ScriptCall, deadline: Deadline) -> Any:
             if _redirected(reply):
                 return scripts.run(client, call)
             return scripts.raised(reply)
+    if deadline.at is None:
+        return scripts.run(client, call)
     return scripts.raised(run_pipeline(client, [call], deadline)[0])
 
 
@@ -270,6 +280,26 @@ async def by(deadline: Deadline, work: Coroutine[Any, Any, T]) -> T:
         return await asyncio.wait_for(work, max(deadline.left(), 0.0))
     except asyncio.TimeoutError:
         raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.") from None
+
+
+# Each client's read timeout, read once: every acquire asks for it.
+_timeouts: weakref.WeakKeyDictionary[SyncClient | AsyncClient, float | None] = weakref.WeakKeyDictionary()
+
+
+def socket_timeout(client: SyncClient | AsyncClient) -> float | None:
+    """The client's read timeout, so a blocking wait never outlasts it."""
+    try:
+        return _timeouts[client]
+    except KeyError:
+        pass
+    if hasattr(client, "get_connection_kwargs"):  # RedisCluster, sync and asyncio
+        kwargs = client.get_connection_kwargs()
+    else:
+        pool = getattr(client, "connection_pool", None)
+        kwargs = getattr(pool, "connection_kwargs", None) or {}
+    value = kwargs.get("socket_timeout")
+    timeout = _timeouts[client] = float(value) if value else None
+    return timeout
 
 
 def budget(client: SyncClient | AsyncClient, wait: float) -> Deadline:

@@ -55,7 +55,7 @@ from django.utils.module_loading import import_string
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from . import errors, scripts, signals
+from . import bounded, errors, scripts, signals
 from .calls import ScriptCall
 from .clients import AsyncClient, SyncClient
 from .conf import app_setting
@@ -259,26 +259,6 @@ async def _closed_at_shutdown(clients: dict[str | int, AsyncClient]) -> AsyncIte
         clients.clear()
 
 
-# Each client's read timeout, read once: every acquire asks for it.
-_timeouts: weakref.WeakKeyDictionary[SyncClient | AsyncClient, float | None] = weakref.WeakKeyDictionary()
-
-
-def socket_timeout(client: SyncClient | AsyncClient) -> float | None:
-    """The client's read timeout, so a blocking wait never outlasts it."""
-    try:
-        return _timeouts[client]
-    except KeyError:
-        pass
-    if hasattr(client, "get_connection_kwargs"):  # RedisCluster, sync and asyncio
-        kwargs = client.get_connection_kwargs()
-    else:
-        pool = getattr(client, "connection_pool", None)
-        kwargs = getattr(pool, "connection_kwargs", None) or {}
-    value = kwargs.get("socket_timeout")
-    timeout = _timeouts[client] = float(value) if value else None
-    return timeout
-
-
 # -- the client behind a cache alias ---------------------------------------------------------------
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
@@ -399,7 +379,7 @@ class translated:  # lower case: used as the function it was, ``with translated(
 def run(call: ScriptCall, name: str, partition: str | None, client: SyncClient | None = None) -> Any:
     """Run ``call`` on ``client`` (a permit's: the one it was acquired with), or on ``get_client()``."""
     with translated(name, partition):
-        return scripts.run(get_client() if client is None else client, call)
+        return bounded.run(get_client() if client is None else client, call)
 
 
 async def arun(call: ScriptCall, name: str, partition: str | None) -> Any:

@@ -30,9 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from . import bounded, scripts, waits
-from .bounded import NO_DEADLINE, Deadline
+from .bounded import NO_DEADLINE, Deadline, socket_timeout
 from .calls import AcquireRequest, ScriptCall
-from .connection import socket_timeout
 from .replicas import ReplicaConfirmation
 from .replies import FULL, QUEUED, TOO_LATE, AcquireReply, Handover, RenewReply
 from .waits import Block, Woken

@@ -69,3 +69,19 @@ def test_a_call_that_meets_a_lost_library_or_script_cache_mends_it_and_runs_once
     assert sem.status().used == 1
     assert held.release() is True
     assert sem.status().used == 0
+
+
+def test_connections_the_server_closed_while_idle_are_not_an_outage(
+    way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings
+) -> None:
+    """The engine's own connections (core/bounded.py) find a closed one before sending, as a pool does."""
+    settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
+    sem = get_semaphore("single")
+    held = sem.acquire(auto_renew=False)
+    assert held is not None
+    # Every connection of the app's user, idle ones included (a restart, a proxy's idle timeout).
+    assert redis_client.client_kill_filter(user=way.user) > 0
+    assert held.release() is True
+    redis_client.client_kill_filter(user=way.user)
+    _cycle(3)
+    assert sem.status().used == 0

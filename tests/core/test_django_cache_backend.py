@@ -16,7 +16,8 @@ from django.core.cache import caches
 
 from django_semaphore import checks
 from django_semaphore.core import connection
-from django_semaphore.core.connection import get_async_client, get_client, socket_timeout
+from django_semaphore.core.bounded import socket_timeout
+from django_semaphore.core.connection import get_async_client, get_client
 from django_semaphore.ops import redis_check
 from django_semaphore.testing import RedisServer, free_port
 
