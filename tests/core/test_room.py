@@ -42,6 +42,11 @@ def visit(sem: Semaphore, who: str) -> visits.RoomReply:
     return visits.visit(sem, who)[0]
 
 
+def a_millisecond_later() -> None:
+    """A rate needs a window longer than 0 ms: calls this fast can all fall in one ms of the server's clock."""
+    time.sleep(0.002)
+
+
 def line_up(sem: Semaphore, *who: str) -> list[visits.RoomReply]:
     return [visit(sem, name) for name in who]
 
@@ -174,6 +179,7 @@ def test_a_paused_room_lets_nobody_in_and_has_no_estimate(settings) -> None:
     line_up(sem, "a", "b", "c", "d")
     visits.end(sem, "a")
     visits.end(sem, "b")  # two let in from the line: the rate is known
+    a_millisecond_later()
     assert visit(sem, "d").eta_seconds(1) is not None
     sem.set_limit(0)
     visits.end(sem, "c")
@@ -190,6 +196,7 @@ def test_the_estimate_waits_for_two_visitors_let_in_from_the_line(settings) -> N
     visits.end(sem, "a")
     assert visit(sem, "f").eta_seconds(2) is None  # one let in from the line
     visits.end(sem, "b")
+    a_millisecond_later()
     reply = visit(sem, "f")
     assert reply.window_from_line == 2 and reply.window_admitted == 4
     rate = reply.per_second
