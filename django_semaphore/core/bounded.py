@@ -23,12 +23,14 @@ meanwhile (MOVED, ASK) is retried through the cluster client.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 import sys
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -86,14 +88,14 @@ class Connections:
         self._options = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0)}
         self.timeout: float | None = self._options.get("socket_timeout")
         self._connect_timeout: float | None = self._options.get("socket_connect_timeout") or self.timeout
-        self._idle: list[Any] = []
-        self._lock = threading.Lock()
+        # A deque's pop and append are atomic: taking and giving back need no lock of their own.
+        self._idle: deque[Any] = deque()
 
     def take(self, deadline: Deadline) -> Any:
         """A connected connection, reached within what is left of ``deadline``."""
-        with self._lock:
-            connection = self._idle.pop() if self._idle else None
-        if connection is None:
+        try:
+            connection = self._idle.pop()
+        except IndexError:
             connection = self._factory(**self._options)
         try:
             if _connected(connection) and connection.can_read(0):
@@ -118,10 +120,9 @@ class Connections:
             sock.settimeout(self.timeout)
 
     def give_back(self, connection: Any) -> None:
-        with self._lock:
-            if len(self._idle) < MAX_IDLE:
-                self._idle.append(connection)
-                return
+        if len(self._idle) < MAX_IDLE:  # threads racing here may keep a few more: harmless
+            self._idle.append(connection)
+            return
         connection.disconnect()
 
 
@@ -135,12 +136,21 @@ _connections_lock = threading.Lock()
 os.register_at_fork(after_in_child=_connections.clear)
 
 
+@functools.cache
+def _is_cluster(kind: type) -> bool:
+    """``isinstance(client, RedisCluster)``, once per class (a protocol's check, dear on every call)."""
+    return issubclass(kind, RedisCluster)
+
+
 def connections_for(client: SyncClient, key: str) -> Connections:
     """The deadline connections to the server (the Cluster node) that holds ``key``."""
-    if isinstance(client, RedisCluster):
+    if _is_cluster(type(client)):
         client = client.get_redis_connection(client.get_node_from_key(key))
     pool = client.connection_pool
-    with _connections_lock:
+    found = _connections.get(pool)
+    if found is not None:
+        return found
+    with _connections_lock:  # made once per pool, by one thread
         found = _connections.get(pool)
         if found is None:
             found = _connections[pool] = Connections(pool)
@@ -151,14 +161,15 @@ def exchange(connections: Connections, deadline: Deadline, commands: list[tuple[
     """Send ``commands`` on one connection and read their replies (errors as values), by ``deadline``."""
     connection = connections.take(deadline)
     try:
+        packed = connection.pack_command(*commands[0]) if len(commands) == 1 else connection.pack_commands(commands)
         try:
-            connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+            connection.send_packed_command(packed, check_health=False)
         except redis.exceptions.ConnectionError:
             # A connection the server closed while it sat idle (a restart): nothing reached the
             # server, so the commands go again, once, on a new one.
             connection.disconnect()
             connections.connect(connection, deadline)
-            connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+            connection.send_packed_command(packed, check_health=False)
         replies = []
         for _ in commands:
             # Without a deadline of its own, the socket's timeout bounds each read: no poll first.
