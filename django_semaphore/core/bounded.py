@@ -33,7 +33,7 @@ import weakref
 from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis.exceptions
 from redis.backoff import NoBackoff
@@ -145,8 +145,9 @@ def _is_cluster(kind: type) -> bool:
 def connections_for(client: SyncClient, key: str) -> Connections:
     """The deadline connections to the server (the Cluster node) that holds ``key``."""
     if _is_cluster(type(client)):
-        client = client.get_redis_connection(client.get_node_from_key(key))
-    pool = client.connection_pool
+        cluster = cast(RedisCluster, client)
+        client = cluster.get_redis_connection(cluster.get_node_from_key(key))
+    pool = cast(redis.Redis, client).connection_pool
     found = _connections.get(pool)
     if found is not None:
         return found

@@ -41,6 +41,7 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from . import __version__
@@ -588,12 +589,44 @@ async def arun(client: AsyncClient, call: ScriptCall) -> Any:
     command = direct(state, call)
     if command is not None:
         try:
-            return await client.execute_command(*command)
+            return await _asend(client, command)
         except ResponseError as error:
             if sent_directly(state, error):
                 raise
     (reply,), _ = await _adrive(client, exchange(client, [call], []))
     return raised(reply)
+
+
+async def _asend(client: AsyncClient, command: tuple[Any, ...]) -> Any:
+    """``command`` on a connection of the client's pool, without the client's per-command code.
+
+    As on the sync client (core/bounded.py's ``run``): a connection the
+    server closed while it sat idle is found before sending, one found closed
+    at sending is sent again on a new one (nothing reached the server), and
+    anything else is raised, tried once. A cancelled or failed read disconnects the connection (redis-py's
+    own doing), so none goes back to the pool with a reply left on it. A
+    Cluster client, or one with a single connection of its own, is called as is.
+    """
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or getattr(client, "connection", None) is not None:
+        return await client.execute_command(*command)
+    connection = await pool.get_connection()
+    try:
+        if await connection.can_read():
+            # Closed by the server while idle, or left with a reply: the pool does not look when
+            # redis-py's maintenance notifications are on (its default with RESP3).
+            await connection.disconnect()
+            await connection.connect()
+        packed = connection.pack_command(*command)
+        try:
+            await connection.send_packed_command(packed, check_health=False)
+        except RedisConnectionError:
+            await connection.disconnect()
+            await connection.connect()
+            await connection.send_packed_command(packed, check_health=False)
+        return await connection.read_response()
+    finally:
+        await pool.release(connection)
 
 
 def run_pipeline(client: SyncClient, calls: list[ScriptCall]) -> list[Any]:

@@ -9,6 +9,8 @@ cache found and mended by the call that meets it, which runs once.
 
 from __future__ import annotations
 
+import asyncio
+
 import redis
 
 from django_semaphore import get_semaphore
@@ -84,4 +86,34 @@ def test_connections_the_server_closed_while_idle_are_not_an_outage(
     assert held.release() is True
     redis_client.client_kill_filter(user=way.user)
     _cycle(3)
+    assert sem.status().used == 0
+
+
+def test_asyncio_calls_survive_connections_the_server_closed_and_send_one_command_each(
+    way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings
+) -> None:
+    """The asyncio client's pool connections, used without the client's per-command code (core/scripts.py)."""
+    settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
+    sem = get_semaphore("single")
+
+    async def cycles(count: int) -> None:
+        for _ in range(count):
+            permit = await sem.aacquire(auto_renew=False)
+            assert permit is not None and await permit.arelease() is True
+
+    async def scenario() -> dict[str, int]:
+        await cycles(1)  # decides the way, opens the loop's connections
+        redis_client.client_kill_filter(user=way.user)
+        # Closed while idle: the loop runs meanwhile and reads the server's close, as a real one would
+        # between requests (the pool then finds it before sending).
+        await asyncio.sleep(0.05)
+        await cycles(1)
+        before = _commands(redis_client)
+        await cycles(5)
+        after = _commands(redis_client)
+        ran = {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
+        return {name: count for name, count in ran.items() if name in ONLY_FROM_CLIENTS or "|" in name}
+
+    sent = asyncio.run(scenario())
+    assert sent == {"fcall" if way.name == "functions" else "evalsha": 10}, sent
     assert sem.status().used == 0
