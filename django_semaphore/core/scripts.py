@@ -612,9 +612,7 @@ async def _asend(client: AsyncClient, command: tuple[Any, ...]) -> Any:
         return await client.execute_command(*command)
     connection = await pool.get_connection()
     try:
-        if await connection.can_read():
-            # Closed by the server while idle, or left with a reply: the pool does not look when
-            # redis-py's maintenance notifications are on (its default with RESP3).
+        if await _stale(connection):
             await connection.disconnect()
             await connection.connect()
         packed = connection.pack_command(*command)
@@ -627,6 +625,22 @@ async def _asend(client: AsyncClient, command: tuple[Any, ...]) -> Any:
         return await connection.read_response()
     finally:
         await pool.release(connection)
+
+
+async def _stale(connection: Any) -> bool:
+    """A pooled asyncio connection the server closed while it sat idle, or left with a reply on it.
+
+    redis-py 8's pool does not look when its maintenance notifications are on
+    (its default with RESP3); its ``can_read`` does. Before 8 the pool always
+    looked, with ``can_read_destructive``, and connections had no ``can_read``.
+    """
+    check = getattr(connection, "can_read", None)
+    if check is None:
+        return False
+    try:
+        return bool(await check())
+    except RedisConnectionError:
+        return True
 
 
 def run_pipeline(client: SyncClient, calls: list[ScriptCall]) -> list[Any]:
