@@ -248,7 +248,7 @@ def run(client: SyncClient, call: ScriptCall, deadline: Deadline = NO_DEADLINE) 
                 return scripts.run(client, call)
             return scripts.raised(reply)
     if deadline.at is None:
-        return scripts.run(client, call)
+        return scripts.exchanged(client, call)
     return scripts.raised(run_pipeline(client, [call], deadline)[0])
 
 

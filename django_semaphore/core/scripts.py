@@ -579,6 +579,11 @@ def run(client: SyncClient, call: ScriptCall) -> Any:
         except ResponseError as error:
             if sent_directly(state, error):
                 raise
+    return exchanged(client, call)
+
+
+def exchanged(client: SyncClient, call: ScriptCall) -> Any:
+    """``run`` through the exchange: a first call, or one whose direct way met a lost library or script."""
     (reply,), _ = _drive(client, exchange(client, [call], []))
     return raised(reply)
 
