@@ -608,9 +608,10 @@ async def _asend(client: AsyncClient, command: tuple[Any, ...]) -> Any:
     As on the sync client (core/bounded.py's ``run``): a connection the
     server closed while it sat idle is found before sending, one found closed
     at sending is sent again on a new one (nothing reached the server), and
-    anything else is raised, tried once. A cancelled or failed read disconnects the connection (redis-py's
-    own doing), so none goes back to the pool with a reply left on it. A
-    Cluster client, or one with a single connection of its own, is called as is.
+    anything else is raised, tried once. A cancelled or failed read
+    disconnects the connection (redis-py's own doing), so none goes back to
+    the pool with a reply left on it. A Cluster client, or one with a single
+    connection of its own, is called as is.
     """
     pool = getattr(client, "connection_pool", None)
     if pool is None or getattr(client, "connection", None) is not None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import redis
 
-from django_semaphore import get_semaphore
+from django_semaphore import Semaphore, get_semaphore
 from django_semaphore.core import scripts
 from django_semaphore.core.connection import get_client
 from django_semaphore.testing import RedisServer
@@ -35,19 +36,32 @@ def _commands(admin: redis.Redis) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(entry["calls"]) for name, entry in stats.items()}
 
 
-def test_each_operation_is_one_command_and_the_heartbeat_beats_on_time(
-    way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings
-) -> None:
+def _sent_by_clients(admin: redis.Redis, before: dict[str, int]) -> dict[str, int]:
+    """The commands clients sent since ``before`` (commands the scripts run count too: left out)."""
+    after = _commands(admin)
+    return {
+        name: after[name] - before.get(name, 0)
+        for name in after
+        if after[name] != before.get(name, 0) and (name in ONLY_FROM_CLIENTS or "|" in name)
+    }
+
+
+@pytest.fixture
+def single(way: modes.Way, redis_server: RedisServer, settings) -> Semaphore:
+    """The limit-1 semaphore, the app connected as ``way``'s user."""
     settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
+    return get_semaphore("single")
+
+
+def test_each_operation_is_one_command_and_the_heartbeat_beats_on_time(
+    way: modes.Way, single: Semaphore, redis_client: redis.Redis
+) -> None:
     _cycle()  # decides the way
     beat = scripts.heartbeat_key(scripts.library()[0])
     redis_client.delete(beat)
     before = _commands(redis_client)
     _cycle(5)
-    after = _commands(redis_client)
-    ran = {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
-    # Commands the scripts run count too: only those a client alone sends are compared.
-    sent = {name: count for name, count in ran.items() if name in ONLY_FROM_CLIENTS or "|" in name}
+    sent = _sent_by_clients(redis_client, before)
     assert sent == {"fcall" if way.name == "functions" else "evalsha": 10}, sent
     assert not redis_client.exists(beat)
     # When the heartbeat falls due, the next call carries it (in the same round trip).
@@ -57,11 +71,9 @@ def test_each_operation_is_one_command_and_the_heartbeat_beats_on_time(
 
 
 def test_a_call_that_meets_a_lost_library_or_script_cache_mends_it_and_runs_once(
-    way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings
+    way: modes.Way, single: Semaphore, redis_client: redis.Redis
 ) -> None:
-    settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
-    sem = get_semaphore("single")
-    held = sem.acquire(auto_renew=False)
+    held = single.acquire(auto_renew=False)
     assert held is not None
     if way.name == "functions":
         redis_client.function_delete(scripts.library()[0])
@@ -73,38 +85,34 @@ def test_a_call_that_meets_a_lost_library_or_script_cache_mends_it_and_runs_once
     # Mended once: the library loaded (EVALSHA: the script's source sent with EVAL) by the call that met it.
     mended = "function|load" if way.name == "functions" else "eval"
     assert after.get(mended, 0) - before.get(mended, 0) == 1
-    assert sem.status().used == 0
-    again = sem.acquire(wait=0)  # the next call goes directly again
-    assert again is not None and sem.status().used == 1
+    assert single.status().used == 0
+    again = single.acquire(wait=0)  # the next call goes directly again
+    assert again is not None and single.status().used == 1
     assert again.release() is True
 
 
 def test_connections_the_server_closed_while_idle_are_not_an_outage(
-    way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings
+    way: modes.Way, single: Semaphore, redis_client: redis.Redis
 ) -> None:
     """The engine's own connections (core/bounded.py) find a closed one before sending, as a pool does."""
-    settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
-    sem = get_semaphore("single")
-    held = sem.acquire(auto_renew=False)
+    held = single.acquire(auto_renew=False)
     assert held is not None
     # Every connection of the app's user, idle ones included (a restart, a proxy's idle timeout).
     assert redis_client.client_kill_filter(user=way.user) > 0
     assert held.release() is True
     redis_client.client_kill_filter(user=way.user)
     _cycle(3)
-    assert sem.status().used == 0
+    assert single.status().used == 0
 
 
 def test_asyncio_calls_survive_connections_the_server_closed_and_send_one_command_each(
-    way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings
+    way: modes.Way, single: Semaphore, redis_client: redis.Redis
 ) -> None:
     """The asyncio client's pool connections, used without the client's per-command code (core/scripts.py)."""
-    settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
-    sem = get_semaphore("single")
 
     async def cycles(count: int) -> None:
         for _ in range(count):
-            permit = await sem.aacquire(auto_renew=False)
+            permit = await single.aacquire(auto_renew=False)
             assert permit is not None and await permit.arelease() is True
 
     async def scenario() -> dict[str, int]:
@@ -116,10 +124,8 @@ def test_asyncio_calls_survive_connections_the_server_closed_and_send_one_comman
         await cycles(1)
         before = _commands(redis_client)
         await cycles(5)
-        after = _commands(redis_client)
-        ran = {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
-        return {name: count for name, count in ran.items() if name in ONLY_FROM_CLIENTS or "|" in name}
+        return _sent_by_clients(redis_client, before)
 
     sent = asyncio.run(scenario())
     assert sent == {"fcall" if way.name == "functions" else "evalsha": 10}, sent
-    assert sem.status().used == 0
+    assert single.status().used == 0
