@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import math
 import os
 import sys
@@ -31,7 +32,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -47,6 +48,7 @@ from .clients import AsyncClient, SyncClient
 # Idle connections kept per pool; more are closed when given back.
 MAX_IDLE = 64
 T = TypeVar("T")
+logger = logging.getLogger("django_semaphore.permits")
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,16 @@ class Deadline:
 NO_DEADLINE = Deadline(None)
 
 
+@dataclass(frozen=True)
+class Posted:
+    """A command sent without waiting for its reply (``post``): what to do with the reply once it is read."""
+
+    # Called with the reply (an error reply as a ``ResponseError`` value), on whichever thread reads it.
+    on_reply: Callable[[Any], object]
+    # Called when no reply can be read (the connection failed first): whether the command ran is unknown.
+    on_failure: Callable[[], object]
+
+
 class Connections:
     """Connections of one pool's kind, for calls with a deadline: connecting and reading bounded per call."""
 
@@ -90,13 +102,25 @@ class Connections:
         self._connect_timeout: float | None = self._options.get("socket_connect_timeout") or self.timeout
         # A deque's pop and append are atomic: taking and giving back need no lock of their own.
         self._idle: deque[Any] = deque()
+        # Idle connections with posted commands' replies still to read, in order: their next taker reads them.
+        self._posted: dict[Any, list[Posted]] = {}
 
-    def take(self, deadline: Deadline) -> Any:
-        """A connected connection, reached within what is left of ``deadline``."""
+    def take(self, deadline: Deadline, *, reading: bool = True) -> Any:
+        """A connected connection, reached within what is left of ``deadline``.
+
+        Replies that posts left on it are read first; with ``reading`` False
+        (another post) they stay, and the connection is not looked at: a
+        reply may be waiting on it, and posting needs none.
+        """
         try:
             connection = self._idle.pop()
         except IndexError:
             connection = self._factory(**self._options)
+        else:
+            if self._posted and connection in self._posted:
+                if not reading:
+                    return connection
+                self._collect(connection, self._posted.pop(connection), deadline)
         try:
             if _connected(connection) and connection.can_read(0):
                 connection.disconnect()  # the server closed it, or left a reply on it: start again
@@ -123,11 +147,98 @@ class Connections:
         if len(self._idle) < MAX_IDLE:  # threads racing here may keep a few more: harmless
             self._idle.append(connection)
             return
+        posts = self._posted.pop(connection, None)
+        if posts:
+            self._collect(connection, posts, NO_DEADLINE)
         connection.disconnect()
+
+    def post(self, command: tuple[Any, ...], posted: Posted) -> None:
+        """Send ``command`` and return without its reply, which the connection's next taker reads.
+
+        Redis runs a connection's commands in order, so the next call made on
+        the same connection (a sync worker's next request takes the one it
+        gave back last) runs after this one; posts in a row wait for no reply
+        at all (a response holding several permits, a hung server). Raises
+        what sending raised.
+        """
+        connection = self.take(NO_DEADLINE, reading=False)
+        earlier = self._posted.pop(connection, [])
+        try:
+            if _send(self, connection, connection.pack_command(*command), NO_DEADLINE):
+                _failed(earlier)  # their replies went with the connection it replaced
+                earlier = []
+        except BaseException:
+            connection.disconnect()
+            self.give_back(connection)
+            _failed(earlier)
+            raise
+        self._posted[connection] = [*earlier, posted]  # before it can be taken again
+        self.give_back(connection)
+
+    def collect(self) -> None:
+        """Read the replies posts left on connections nobody has taken since (a connection in use: its taker does)."""
+        for connection in list(self._posted):
+            try:
+                self._idle.remove(connection)  # atomic: a connection is either this thread's now, or a taker's
+            except ValueError:
+                continue
+            posts = self._posted.pop(connection, None)
+            if posts:
+                self._collect(connection, posts, NO_DEADLINE)
+            self.give_back(connection)
+
+    def _collect(self, connection: Any, posts: list[Posted], deadline: Deadline) -> None:
+        """Read ``posts``' replies from ``connection`` and hand each over; one not read: it and the rest are failed.
+
+        The taker's own call goes on, on a new connection if this one failed.
+        """
+        for index, posted in enumerate(posts):
+            try:
+                if deadline.at is not None and not connection.can_read(deadline.within(self.timeout)):
+                    raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.")
+                reply = connection.read_response()
+            except redis.exceptions.ResponseError as error:
+                reply = error
+            except Exception:  # whatever it is, the taker's own call goes on
+                connection.disconnect()
+                _failed(posts[index:])
+                return
+            except BaseException:
+                connection.disconnect()
+                _failed(posts[index:])
+                raise
+            _handed(functools.partial(posted.on_reply, reply))
 
 
 def _connected(connection: Any) -> bool:
     return getattr(connection, "_sock", None) is not None
+
+
+def _send(connections: Connections, connection: Any, packed: Any, deadline: Deadline) -> bool:
+    """Send ``packed``; True if it went on a new connection, the one given found closed (once, at most)."""
+    try:
+        connection.send_packed_command(packed, check_health=False)
+    except redis.exceptions.ConnectionError:
+        # A connection the server closed while it sat idle (a restart): nothing reached the
+        # server, so the commands go again, once, on a new one.
+        connection.disconnect()
+        connections.connect(connection, deadline)
+        connection.send_packed_command(packed, check_health=False)
+        return True
+    return False
+
+
+def _failed(posts: list[Posted]) -> None:
+    for posted in posts:
+        _handed(posted.on_failure)
+
+
+def _handed(handler: Callable[[], object]) -> None:
+    """Run a post's handler for whichever call read its reply: a bug in it must not fail that call."""
+    try:
+        handler()
+    except Exception:
+        logger.exception("Handling the reply of a command sent earlier failed")
 
 
 # Per pool, per process: a forked child must not share its parent's sockets.
@@ -163,14 +274,7 @@ def exchange(connections: Connections, deadline: Deadline, commands: list[tuple[
     connection = connections.take(deadline)
     try:
         packed = connection.pack_command(*commands[0]) if len(commands) == 1 else connection.pack_commands(commands)
-        try:
-            connection.send_packed_command(packed, check_health=False)
-        except redis.exceptions.ConnectionError:
-            # A connection the server closed while it sat idle (a restart): nothing reached the
-            # server, so the commands go again, once, on a new one.
-            connection.disconnect()
-            connections.connect(connection, deadline)
-            connection.send_packed_command(packed, check_health=False)
+        _send(connections, connection, packed, deadline)
         replies = []
         for _ in commands:
             # Without a deadline of its own, the socket's timeout bounds each read: no poll first.
@@ -201,6 +305,41 @@ def _perform(client: SyncClient, connections: Connections, deadline: Deadline, s
         (loaded,) = exchange(connections, deadline, [("FUNCTION", "LOAD", "REPLACE", *step.args)])
         return loaded
     return exchange(connections, deadline, step.commands)
+
+
+def post(
+    client: SyncClient, call: ScriptCall, on_reply: Callable[[Any], object], on_failure: Callable[[], object]
+) -> bool:
+    """Send ``call`` and return without waiting for its reply; False (nothing sent) when its way is not decided.
+
+    ``on_reply(reply)`` runs when the reply is read: by the next call that
+    takes the connection, or by ``collect_posted`` (the background thread).
+    ``on_failure()`` runs instead when its reply cannot be read, or says it
+    did not run as sent (a lost library, a moved slot, an error): the caller
+    runs it again its own way. What sending raises is raised.
+    """
+    state = scripts.state_of(client)
+    command = scripts.direct(state, call)
+    if command is None:
+        return False
+
+    def replied(reply: Any) -> None:
+        if isinstance(reply, redis.exceptions.ResponseError):
+            scripts.sent_directly(state, reply)  # what the error says of the way the server runs scripts
+            on_failure()
+            return
+        on_reply(reply)
+
+    connections_for(client, call.keys[0]).post(command, Posted(replied, on_failure))
+    return True
+
+
+def collect_posted() -> None:
+    """Read the replies posts left on connections nobody has taken since, in this process."""
+    with _connections_lock:
+        every = list(_connections.values())
+    for connections in every:
+        connections.collect()
 
 
 def _exchange(client: SyncClient, calls: list[ScriptCall], extra: list[tuple[Any, ...]], deadline: Deadline) -> Any:

@@ -46,18 +46,21 @@ def let_through(config: SemaphoreConfig, error: BackendUnavailable, *, where: st
     return allowed
 
 
-def give_back(permit: Permit | None) -> BackendUnavailable | None:
+def give_back(permit: Permit | None, *, posted: bool = False) -> BackendUnavailable | None:
     """Release; an outage is only counted, since the release is retried in the background (its lease ends it
     at the latest).
 
     Raising would replace what the guarded work returned or raised with an
     error about bookkeeping that already has a fallback. The outage is
     returned: a request spares its other calls a hung Redis (web/admission.py).
+    ``posted``: without waiting for Redis's answer where the release can go so
+    (``Permit.post_release``), for a release nobody waits on (a response sent).
     """
     if permit is None:
         return None
     try:
-        permit.release()
+        if not (posted and permit.post_release()):
+            permit.release()
     except BackendUnavailable as exc:
         outage_log.unavailable(permit.name, exc, RELEASE)
         return exc

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import connection, signals, vanished
+from . import bounded, connection, signals, vanished
 from .adaptive import release_reply
 from .calls import Calls
 from .clients import SyncClient
@@ -18,6 +18,9 @@ from .replies import RenewReply, SemaphoreStatus
 from .tally import EXPIRED, MAX_HOLD, RELEASED, REVOKED, tally
 
 logger = logging.getLogger("django_semaphore.permits")
+
+# The signals a release's answer may send: with a receiver, a release waits for its answer.
+ANSWER_SIGNALS = (signals.semaphore_released, signals.semaphore_limit_adapted, signals.semaphore_keys_lost)
 
 # Holders ``is_held`` reads at first; more only when the semaphore has more and this one was not among them.
 HOLDERS_LISTED = 1000
@@ -149,6 +152,36 @@ class Permit:
             self._settle_later()
             raise
         return self._released(reply)
+
+    def post_release(self) -> bool:
+        """Give the permit back without waiting for Redis's answer; False (nothing done): use ``release``.
+
+        For a caller with nothing left to wait for (a guarded response already
+        sent): the release is sent, and its answer is read by this process's
+        next call on that connection, or by the background thread within two
+        seconds, which then does what ``release`` does with it (the signal,
+        the counts). A release that cannot be sent, or whose answer does not
+        come, is retried in the background until Redis answers, as after a
+        failed ``release`` (which raised ``BackendUnavailable`` too). False
+        when the way this server runs scripts is not known yet (a process's
+        first calls), and when a signal the answer may send has receivers.
+        """
+        if self.released:
+            return True
+        if any(signals.listened(signal) for signal in ANSWER_SIGNALS):
+            return False  # its receivers run on the releasing thread, with the answer: as from ``release``
+        self._start_release()
+        try:
+            with connection.translated(self.name, self.partition):
+                client = connection.get_client() if self._client is None else self._client
+                if not bounded.post(client, self._calls.release(self.token), self._released, self._settle_later):
+                    return False
+        except BaseException:
+            self._settle_later()
+            raise
+        self.released = True
+        renewer.run_unhurried("collect posted replies", bounded.collect_posted)
+        return True
 
     def release_in_background(self, *, soon: bool = False) -> None:
         """Give the permit back from the background thread, retried until Redis answers; return at once.
@@ -336,7 +369,7 @@ class Permit:
             name=self.name,
             partition=self.partition,
             token=self.token,
-            held_for=time.monotonic() - self.acquired_at,
+            held_for=self._let_go_at - self.acquired_at,
             was_held=was_held,
         )
         return was_held

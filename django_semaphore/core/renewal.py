@@ -100,8 +100,9 @@ class Background:
         # it earlier is only needed for work due before then (rare: leases are
         # alike), which keeps short-lived permits from paying a thread switch each.
         self._asleep_until = 0.0
-        # The metrics' next batch (core/tally.py): when, and what writes it.
-        self._flush: tuple[float, Callable[[], object]] | None = None
+        # Jobs run once at a time of their own, by name: the metrics' next batch (core/tally.py), the
+        # reading of replies that releases sent without waiting for (core/bounded.py's posts).
+        self._jobs: dict[str, tuple[float, Callable[[], object]]] = {}
 
     # -- renewal ----------------------------------------------------------
 
@@ -160,15 +161,26 @@ class Background:
             if first_try < self._asleep_until:
                 self._wakeup.notify()
 
-    # -- the metrics' batches ----------------------------------------------------
+    # -- jobs at a time of their own --------------------------------------------
 
-    def flush_at(self, at: float, job: Callable[[], object]) -> None:
-        """Run ``job`` on this thread at ``at`` (monotonic): the counts of core/tally.py, once per interval."""
+    def run_at(self, name: str, at: float, job: Callable[[], object]) -> None:
+        """Run ``job`` on this thread once, at ``at`` (monotonic); it replaces the job of that name not yet run.
+
+        The metrics' counts (core/tally.py) are written so, once per interval.
+        """
         with self._wakeup:
-            self._flush = (at, job)
+            self._jobs[name] = (at, job)
             self._ensure_thread()
             if at < self._asleep_until:
                 self._wakeup.notify()
+
+    def run_unhurried(self, name: str, job: Callable[[], object]) -> None:
+        """Run ``job`` when this thread next looks on its own (within two ``LOOK_EVERY``), unless one of that
+        name is already due: it never wakes the thread, so a caller on every request pays no thread switch.
+        """
+        if name in self._jobs:  # a read without the lock: at worst the job is set twice
+            return
+        self.run_at(name, time.monotonic() + LOOK_EVERY, job)
 
     def pending(self) -> int:
         """Clean-ups still waiting for Redis (for tests and metrics)."""
@@ -198,11 +210,10 @@ class Background:
                 now = time.monotonic()
                 due = [p for p, at in list(self._due.items()) if at <= now]
                 settle = bool(self._pending) and self._pending[0].next_try <= now
-                flush = self._flush if self._flush is not None and self._flush[0] <= now else None
-                if flush is not None:
-                    self._flush = None
-                if not due and not settle and flush is None:
-                    later = [self._flush[0]] if self._flush is not None else []
+                ready = [name for name, (at, _) in self._jobs.items() if at <= now]
+                jobs = [self._jobs.pop(name)[1] for name in ready]
+                if not due and not settle and not jobs:
+                    later = [at for at, _ in self._jobs.values()]
                     wake_at = min(
                         [*self._due.values(), *(s.next_try for s in self._pending), *later], default=now + LOOK_EVERY
                     )
@@ -213,11 +224,11 @@ class Background:
             self._renew(due)
             if settle:
                 self._settle()
-            if flush is not None:
+            for job in jobs:
                 try:
-                    flush[1]()
+                    job()
                 except Exception:  # a bug must not kill the thread that guards every permit
-                    logger.exception("Writing the metrics' counts failed")
+                    logger.exception("The background job %r failed", job)
 
     def _renew(self, due: list[Renewable]) -> None:
         for permit in due:

@@ -212,7 +212,7 @@ class Tally:
                 return
             self._scheduled = True
         interval = self._interval if isinstance(self._interval, float) else _interval_setting()
-        renewer.flush_at(time.monotonic() + (interval or 0.0), self.flush)
+        renewer.run_at("metrics", time.monotonic() + (interval or 0.0), self.flush)
 
     def flush(self) -> None:
         """Write what was counted since the last flush to Redis, one script per semaphore, one round trip.

@@ -143,16 +143,18 @@ class Admission:
         """Its permit was given back (or it had none to give)."""
         return self._released
 
-    def release(self) -> None:
+    def release(self, *, posted: bool = False) -> None:
         """Give the permit back (idempotent); an outage only logs, the release is retried in the background.
 
-        A room's visit is renewed from now instead (or ended: web/visits.py).
+        ``posted``: without waiting for Redis's answer (``Permit.post_release``),
+        for a response already sent. A room's visit is renewed from now
+        instead (or ended: web/visits.py).
         """
         if self.room is not None and self.hung.error is None:
             self.room.close()
         elif self.room is not None:
             self.room.forget()  # after a hung Redis: its visit ends a lease from its last renewal
-        self.hung.note(give_back(self._leaving()))
+        self.hung.note(give_back(self._leaving(), posted=posted))
 
     async def arelease(self) -> None:
         if self.room is not None and self.hung.error is None:

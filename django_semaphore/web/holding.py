@@ -1,8 +1,9 @@
 """A guarded request's permits held until its response is complete, and given back on every way out.
 
 On the sync path a response is complete when the server has sent it and
-closed it (``hold_until_closed``): the release's round trip then runs after
-the client has its answer, not before. A streaming response is sent while
+closed it (``hold_until_closed``): the release is then sent without waiting
+for its answer (``Permit.post_release``), after the client has its response,
+and the worker goes on to its next request at once. A streaming response is sent while
 its content runs, so it holds its permits until then too. On the asyncio path
 a plain response is complete when the view returns (its release is awaited on
 the loop, with no thread hop; a stream keeps them until closed). Whatever
@@ -71,10 +72,10 @@ class AReleasedOnError:
             await self.release()
 
 
-def release_all(admissions: Sequence[Admission]) -> None:
-    """Release in reverse order of acquisition."""
+def release_all(admissions: Sequence[Admission], *, posted: bool = False) -> None:
+    """Release in reverse order of acquisition (``posted``: without waiting for Redis's answers)."""
     for admission in reversed(admissions):
-        admission.release()
+        admission.release(posted=posted)
 
 
 async def arelease_all(admissions: Sequence[Admission]) -> None:
@@ -190,7 +191,7 @@ def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission
 
     def release_on_close() -> None:
         try:
-            release_all(held)
+            release_all(held, posted=True)  # the response is sent: nobody waits on the answers
         except Exception:  # Django's close() swallows what its closers raise: say it here
             logger.exception("Giving back a request's permits as its response closed failed.")
             raise

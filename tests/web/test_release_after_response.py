@@ -1,12 +1,15 @@
 """A guarded request gives its permit back after its response is sent, and loses nothing doing so.
 
-The release's round trip runs once the server has sent the response and
-closed it (``response.close()``, which WSGI servers, ASGI servers and the test
-client all call), not before the client has its answer. What must still hold:
-the permit is held until then (a stream until it ends), a response nobody
-closes still gives it back, a worker killed between its response and the
-release leaves it to the request's lease, a release whose reply is lost is
-retried, and under load from several worker processes the count stays exact.
+The release is sent once the server has sent the response and closed it
+(``response.close()``, which WSGI servers, ASGI servers and the test client
+all call), not before the client has its answer; on the sync path it is sent
+without waiting for Redis's answer, which the process's next call (or the
+background thread) reads. What must still hold: the permit is held until
+then (a stream until it ends), a response nobody closes still gives it back,
+a worker's next request finds its last release done, a worker killed between
+its response and the release leaves it to the request's lease, a release
+whose reply is lost, or which met a lost library, is retried, and under load
+from several worker processes the count stays exact.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,10 +29,13 @@ import redis
 from django.test import Client, RequestFactory, override_settings
 
 from django_semaphore import get_semaphore
+from django_semaphore.core import bounded, scripts
 from django_semaphore.core.renewal import renewer
+from django_semaphore.core.tally import tally
 from django_semaphore.middleware import SemaphoreMiddleware
+from django_semaphore.testing import RedisServer
 
-from ..support import views
+from ..support import modes, views
 from ..support.after_response_site import INSIDE, OVER
 from ..support.guards import declare
 from ..support.gunicorn import Gunicorn
@@ -113,6 +120,77 @@ def test_the_async_path_gives_the_permit_back_too(async_client, settings) -> Non
     assert used() == 0
 
 
+class Ends:
+    """A listener of the counts (core/tally.py, as the OpenTelemetry metrics hear them): the permits that ended."""
+
+    def __init__(self) -> None:
+        self.permits: list[tuple[str, str]] = []
+
+    def attempt(self, name: str, result: str, seconds: float, detail: str) -> None:
+        pass
+
+    def permit(self, name: str, reason: str, seconds: float, weight: int) -> None:
+        self.permits.append((name, reason))
+
+
+@pytest.fixture
+def ends() -> Iterator[Ends]:
+    listener = Ends()
+    tally.listeners.append(listener)
+    try:
+        yield listener
+    finally:
+        tally.listeners.remove(listener)
+
+
+@pytest.mark.processes
+def test_a_closed_response_does_not_wait_for_redis_to_answer_its_release(
+    settings, own_server: RedisServer, ends: Ends, caplog
+) -> None:
+    declare(settings)
+    assert used() == 0  # the way this server runs scripts is known now: a release can go alone
+    response = views.guarded(RequestFactory().get("/surface/guarded/"))
+    own_server.freeze()  # it answers nothing now
+    try:
+        with caplog.at_level("WARNING"):
+            response.close()  # a release that waited for its answer would time out here, an outage
+        assert "releasing a permit" not in caplog.text and renewer.pending() == 0
+        assert ends.permits == []  # what the answer says is not known yet
+    finally:
+        own_server.thaw()
+    assert used() == 0  # this call reads the release's answer first, on the same connection
+    assert ends.permits == [("guarded", "released")]
+
+
+def test_with_no_next_call_the_background_thread_reads_the_answer(settings, client: Client, ends: Ends) -> None:
+    declare(settings)
+    assert client.get("/surface/guarded/").status_code == 200
+    wait_until(lambda: ends.permits == [("guarded", "released")], timeout=5)
+
+
+def test_a_workers_next_request_finds_its_last_release_done(settings, client: Client) -> None:
+    """Limit 1: each request's acquire goes on the connection its predecessor's release went on, after it."""
+    declare(settings)
+    assert [client.get("/surface/guarded/").status_code for _ in range(100)] == [200] * 100
+
+
+def test_a_release_that_meets_a_lost_library_or_script_cache_runs_once_from_the_background(
+    way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings, client: Client, ends: Ends
+) -> None:
+    settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
+    declare(settings)
+    response = views.guarded(RequestFactory().get("/surface/guarded/"))
+    if way.name == "functions":
+        redis_client.function_delete(scripts.library()[0])
+    else:
+        redis_client.script_flush()
+    response.close()
+    bounded.collect_posted()  # the answer: the release did not run; it goes again, the way the exchange sends it
+    wait_until(lambda: renewer.pending() == 0, timeout=5)
+    assert used() == 0 and ends.permits == [("guarded", "released")]
+    assert client.get("/surface/guarded/").status_code == 200
+
+
 class LosingReplies(redis.connection.Connection):
     """A connection that loses the reply of the next release it sends, after Redis ran it."""
 
@@ -145,6 +223,7 @@ def test_a_release_whose_reply_is_lost_is_retried_and_the_count_stays_exact(
     assert other is not None
     LosingReplies.lose_next_release = True
     assert client.get("/surface/guarded/").status_code == 200
+    bounded.collect_posted()  # the release was sent without waiting for its reply: read it now
     assert not LosingReplies.lose_next_release  # the release ran, and its reply was lost
     wait_until(lambda: renewer.pending() == 0, timeout=5)  # retried (with its fence: only that grant)
     status = get_semaphore("guarded").status()
