@@ -47,6 +47,8 @@ from .clients import AsyncClient, SyncClient
 
 # Idle connections kept per pool; more are closed when given back.
 MAX_IDLE = 64
+# Seconds the replies nobody read are waited for, at most, when the background thread (or an exit) reads them.
+COLLECT_WITHIN = 1.0
 T = TypeVar("T")
 logger = logging.getLogger("django_semaphore.permits")
 
@@ -175,7 +177,7 @@ class Connections:
         self._posted[connection] = [*earlier, posted]  # before it can be taken again
         self.give_back(connection)
 
-    def collect(self) -> None:
+    def collect(self, deadline: Deadline = NO_DEADLINE) -> None:
         """Read the replies posts left on connections nobody has taken since (a connection in use: its taker does)."""
         for connection in list(self._posted):
             try:
@@ -184,30 +186,32 @@ class Connections:
                 continue
             posts = self._posted.pop(connection, None)
             if posts:
-                self._collect(connection, posts, NO_DEADLINE)
+                self._collect(connection, posts, deadline)
             self.give_back(connection)
 
     def _collect(self, connection: Any, posts: list[Posted], deadline: Deadline) -> None:
-        """Read ``posts``' replies from ``connection`` and hand each over; one not read: it and the rest are failed.
+        """Read ``posts``' replies from ``connection``, then hand each over; those not read are failed.
 
         The taker's own call goes on, on a new connection if this one failed.
         """
-        for index, posted in enumerate(posts):
-            try:
+        replies: list[Any] = []
+        try:
+            for _ in posts:
                 if deadline.at is not None and not connection.can_read(deadline.within(self.timeout)):
                     raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.")
-                reply = connection.read_response()
-            except redis.exceptions.ResponseError as error:
-                reply = error
-            except Exception:  # whatever it is, the taker's own call goes on
-                connection.disconnect()
-                _failed(posts[index:])
-                return
-            except BaseException:
-                connection.disconnect()
-                _failed(posts[index:])
-                raise
+                try:
+                    replies.append(connection.read_response())
+                except redis.exceptions.ResponseError as error:
+                    replies.append(error)
+        except Exception:  # whatever it is, the taker's own call goes on
+            connection.disconnect()
+        except BaseException:
+            connection.disconnect()
+            _failed(posts[len(replies) :])
+            raise
+        for posted, reply in zip(posts, replies):  # noqa: B905 (fewer replies than posts: those failed below)
             _handed(functools.partial(posted.on_reply, reply))
+        _failed(posts[len(replies) :])
 
 
 def _connected(connection: Any) -> bool:
@@ -244,7 +248,16 @@ def _handed(handler: Callable[[], object]) -> None:
 # Per pool, per process: a forked child must not share its parent's sockets.
 _connections: weakref.WeakKeyDictionary[Any, Connections] = weakref.WeakKeyDictionary()
 _connections_lock = threading.Lock()
-os.register_at_fork(after_in_child=_connections.clear)
+
+
+def _forget_connections() -> None:
+    """In a forked child: none of its parent's connections, and a lock no thread of the parent may hold."""
+    global _connections_lock
+    _connections.clear()
+    _connections_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_connections)
 
 
 @functools.cache
@@ -314,9 +327,11 @@ def post(
 
     ``on_reply(reply)`` runs when the reply is read: by the next call that
     takes the connection, or by ``collect_posted`` (the background thread).
-    ``on_failure()`` runs instead when its reply cannot be read, or says it
-    did not run as sent (a lost library, a moved slot, an error): the caller
-    runs it again its own way. What sending raises is raised.
+    A reply that says it did not run as sent (a lost library or script
+    cache, a moved slot) runs it again then, through the exchange or the
+    Cluster client. ``on_failure()`` runs instead when its reply cannot be
+    read, or it fails again: the caller retries it its own way. What sending
+    raises is raised.
     """
     state = scripts.state_of(client)
     command = scripts.direct(state, call)
@@ -325,21 +340,42 @@ def post(
 
     def replied(reply: Any) -> None:
         if isinstance(reply, redis.exceptions.ResponseError):
-            scripts.sent_directly(state, reply)  # what the error says of the way the server runs scripts
-            on_failure()
-            return
+            # Run it again now, before the call that read this goes on: the worker's next request must
+            # find the permit back, as after a release that waited.
+            try:
+                reply = _again(client, state, command, call, reply)
+            except Exception:
+                on_failure()
+                return
         on_reply(reply)
 
     connections_for(client, call.keys[0]).post(command, Posted(replied, on_failure))
     return True
 
 
-def collect_posted() -> None:
-    """Read the replies posts left on connections nobody has taken since, in this process."""
+def _again(
+    client: SyncClient, state: Any, command: tuple[Any, ...], call: ScriptCall, error: redis.exceptions.ResponseError
+) -> Any:
+    """``call`` run again after ``error`` (the reply to ``command``, its direct way), the way that mends the error."""
+    if _redirected(error):
+        return scripts.run(client, call)
+    if not scripts.sent_directly(state, command, error):
+        return scripts.exchanged(client, call)
+    raise error
+
+
+def collect_posted(within: float = COLLECT_WITHIN) -> None:
+    """Read the replies posts left on connections nobody has taken since, in this process, within ``within`` s.
+
+    Bounded: the background thread that does it renews permits too, and a
+    process exiting does it last. A reply not read in time is failed (its
+    release retried from the background).
+    """
+    deadline = Deadline.after(within)
     with _connections_lock:
         every = list(_connections.values())
     for connections in every:
-        connections.collect()
+        connections.collect(deadline)
 
 
 def _exchange(client: SyncClient, calls: list[ScriptCall], extra: list[tuple[Any, ...]], deadline: Deadline) -> Any:
@@ -380,12 +416,14 @@ def run(client: SyncClient, call: ScriptCall, deadline: Deadline = NO_DEADLINE) 
     """
     state = scripts.state_of(client)
     command = scripts.direct(state, call)
+    connections = connections_for(client, call.keys[0])
     if command is not None:
-        (reply,) = exchange(connections_for(client, call.keys[0]), deadline, [command])
-        if not isinstance(reply, redis.exceptions.ResponseError) or scripts.sent_directly(state, reply):
+        (reply,) = exchange(connections, deadline, [command])
+        if not isinstance(reply, redis.exceptions.ResponseError) or scripts.sent_directly(state, command, reply):
             if _redirected(reply):
                 return scripts.run(client, call)
             return scripts.raised(reply)
+    connections.collect(deadline)  # on another connection: what this process posted runs first, as on the same one
     if deadline.at is None:
         return scripts.exchanged(client, call)
     return scripts.raised(run_pipeline(client, [call], deadline)[0])

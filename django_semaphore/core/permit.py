@@ -19,9 +19,6 @@ from .tally import EXPIRED, MAX_HOLD, RELEASED, REVOKED, tally
 
 logger = logging.getLogger("django_semaphore.permits")
 
-# The signals a release's answer may send: with a receiver, a release waits for its answer.
-ANSWER_SIGNALS = (signals.semaphore_released, signals.semaphore_limit_adapted, signals.semaphore_keys_lost)
-
 # Holders ``is_held`` reads at first; more only when the semaphore has more and this one was not among them.
 HOLDERS_LISTED = 1000
 
@@ -164,12 +161,10 @@ class Permit:
         come, is retried in the background until Redis answers, as after a
         failed ``release`` (which raised ``BackendUnavailable`` too). False
         when the way this server runs scripts is not known yet (a process's
-        first calls), and when a signal the answer may send has receivers.
+        first calls).
         """
         if self.released:
             return True
-        if any(signals.listened(signal) for signal in ANSWER_SIGNALS):
-            return False  # its receivers run on the releasing thread, with the answer: as from ``release``
         self._start_release()
         try:
             with connection.translated(self.name, self.partition):

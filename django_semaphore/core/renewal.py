@@ -15,6 +15,10 @@ turned-away requests. Such a call's clean-up (leave the line and give back
 what that call was granted; or the release itself) is retried here until Redis
 answers, so capacity comes back within moments of Redis doing so.
 
+**Jobs of their own.** It writes the metrics' counts once per interval
+(core/tally.py), and reads the answers of releases sent without waiting for
+them that no call of the process has read since (core/bounded.py's posts).
+
 Permits taken on the asyncio path are served here too, through the sync
 client: one worker per process, whatever mix of sync and async code it runs.
 """

@@ -553,17 +553,20 @@ def direct(state: _ServerState, call: ScriptCall) -> tuple[Any, ...] | None:
     return _command(mode, call, state.sent)
 
 
-def sent_directly(state: _ServerState, error: BaseException) -> bool:
-    """Whether ``direct``'s command answered as it would have in an exchange; False: send it with ``exchange``.
+def sent_directly(state: _ServerState, command: tuple[Any, ...], error: BaseException) -> bool:
+    """Whether ``direct``'s ``command`` answered as it would have in an exchange; False: send it with ``exchange``.
 
     False when the reply says the call did not run because of the way it was
     sent (no library, NOSCRIPT): ``exchange`` then does what it does for
-    those, and the call runs once. A refusal of scripts makes the next call
-    ask for Functions again, as ``exchange`` would.
+    those, and the call runs once. Judged by the way ``command`` went, not
+    the state's now: another call may have met the same loss and changed it
+    meanwhile. A refusal of scripts makes the next call ask for Functions
+    again, as ``exchange`` would.
     """
-    if _other_way(state.mode or FUNCTIONS, error):
+    mode = FUNCTIONS if command[0] == "FCALL" else EVALSHA
+    if _other_way(mode, error):
         return False
-    if state.mode == EVALSHA and _scripts_unusable(error):
+    if mode == EVALSHA and _scripts_unusable(error):
         state.mode = None
     return True
 
@@ -577,7 +580,7 @@ def run(client: SyncClient, call: ScriptCall) -> Any:
             # Unannotated in redis-py, as in ``perform``.
             return client.execute_command(*command)  # type: ignore[no-untyped-call]
         except ResponseError as error:
-            if sent_directly(state, error):
+            if sent_directly(state, command, error):
                 raise
     return exchanged(client, call)
 
@@ -596,7 +599,7 @@ async def arun(client: AsyncClient, call: ScriptCall) -> Any:
         try:
             return await _asend(client, command)
         except ResponseError as error:
-            if sent_directly(state, error):
+            if sent_directly(state, command, error):
                 raise
     (reply,), _ = await _adrive(client, exchange(client, [call], []))
     return raised(reply)

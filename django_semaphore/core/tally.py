@@ -34,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 from django.core.signals import setting_changed
 
 from . import scripts
+from .bounded import collect_posted
 from .calls import ScriptCall
 from .clients import SyncClient
 from .conf import app_setting, key_prefix
@@ -115,7 +116,12 @@ class Tally:
         self._reset()
         # A forked child (gunicorn --preload, Celery prefork) counts its own calls only.
         os.register_at_fork(after_in_child=self._reset)
-        atexit.register(self.flush)
+        atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        """The last counts: with those the answers of releases sent without waiting (core/bounded.py) still carry."""
+        collect_posted()
+        self.flush()
 
     def _reset(self) -> None:
         self._lock = threading.Lock()

@@ -17,8 +17,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import http.client
+import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +34,7 @@ from django.test import Client, RequestFactory, override_settings
 from django_semaphore import get_semaphore
 from django_semaphore.core import bounded, scripts
 from django_semaphore.core.renewal import renewer
-from django_semaphore.core.tally import tally
+from django_semaphore.core.tally import BUCKETS, read_totals, tally
 from django_semaphore.middleware import SemaphoreMiddleware
 from django_semaphore.testing import RedisServer
 
@@ -174,21 +177,118 @@ def test_a_workers_next_request_finds_its_last_release_done(settings, client: Cl
     assert [client.get("/surface/guarded/").status_code for _ in range(100)] == [200] * 100
 
 
-def test_a_release_that_meets_a_lost_library_or_script_cache_runs_once_from_the_background(
+def test_a_release_that_meets_a_lost_library_or_script_cache_runs_again_before_the_next_call(
     way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings, client: Client, ends: Ends
 ) -> None:
+    """Limit 1: the worker's next request, at once, finds the permit back (what a failover or restart leaves)."""
     settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
     declare(settings)
+    assert client.get("/surface/guarded/").status_code == 200  # the way is decided: releases go alone now
     response = views.guarded(RequestFactory().get("/surface/guarded/"))
     if way.name == "functions":
         redis_client.function_delete(scripts.library()[0])
     else:
         redis_client.script_flush()
     response.close()
-    bounded.collect_posted()  # the answer: the release did not run; it goes again, the way the exchange sends it
-    wait_until(lambda: renewer.pending() == 0, timeout=5)
-    assert used() == 0 and ends.permits == [("guarded", "released")]
     assert client.get("/surface/guarded/").status_code == 200
+    assert renewer.pending() == 0 and used() == 0
+    assert ends.permits == [("guarded", "released")] * 3
+
+
+def test_threads_racing_on_the_connections_each_read_their_own_answers(settings, ends: Ends) -> None:
+    """Eight threads post and take at once, with the background's reading racing them: each permit ends once."""
+    declare(settings, guarded={"limit": 3})
+    assert used() == 0
+    errors: list[BaseException] = []
+    served: list[int] = []
+    deadline = time.monotonic() + 3
+
+    def serve() -> None:
+        try:
+            while time.monotonic() < deadline:
+                response = views.guarded(RequestFactory().get("/surface/guarded/"))
+                if response.status_code == 200:
+                    served.append(1)
+                response.close()
+                bounded.collect_posted()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=serve) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    bounded.collect_posted()
+    assert errors == [] and renewer.pending() == 0 and used() == 0
+    assert ends.permits == [("guarded", "released")] * len(served)
+
+
+EXITING_WORKER = """
+import sys
+
+import django
+
+django.setup()
+from django.http import HttpResponse
+from django.test import RequestFactory
+
+from django_semaphore.decorators import semaphore
+
+view = semaphore("single")(lambda request: HttpResponse(b"ok"))
+for _ in range(3):
+    response = view(RequestFactory().get("/"))
+    assert response.status_code == 200
+    response.close()
+"""
+
+
+@pytest.mark.processes
+def test_a_process_that_exits_counts_its_last_release(redis_server: RedisServer, key_prefix: str) -> None:
+    """A worker's graceful exit (gunicorn's max_requests, a reload) reads the answers it left unread, then counts."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "REDIS_URL": redis_server.url}
+    env["SEMAPHORE_KEY_PREFIX"] = key_prefix
+    subprocess.run([sys.executable, "-c", EXITING_WORKER], env=env, check=True, timeout=60, stdin=subprocess.DEVNULL)
+    totals = read_totals(redis.Redis.from_url(redis_server.url), ["single"])["single"]
+    assert sum(totals.holds["released"][:BUCKETS]) == 3, totals.holds
+
+
+def _first_call(answer: Any) -> None:
+    try:
+        permit = get_semaphore("reports").acquire(wait=0, auto_renew=False)
+        answer.send("ok" if permit is not None and permit.release() else "refused")
+    except BaseException as error:
+        answer.send(repr(error))
+
+
+@pytest.mark.processes
+def test_a_child_forked_while_answers_are_read_can_call_redis(settings) -> None:
+    """The background's reading takes the connections' lock: a fork at that moment must not leave it taken."""
+    assert get_semaphore("reports").status().used == 0
+    stop = threading.Event()
+
+    def reading() -> None:
+        while not stop.is_set():
+            bounded.collect_posted()
+
+    reader = threading.Thread(target=reading, daemon=True)
+    reader.start()
+    fork = multiprocessing.get_context("fork")
+    answers = []
+    try:
+        for _ in range(20):
+            ours, theirs = fork.Pipe()
+            child = fork.Process(target=_first_call, args=(theirs,))
+            child.start()
+            answers.append(ours.recv() if ours.poll(10) else "no answer")
+            child.join(5)
+            if child.is_alive():
+                child.kill()  # our own child, by its pid
+                child.join(5)
+    finally:
+        stop.set()
+        reader.join(5)
+    assert answers == ["ok"] * 20
 
 
 class LosingReplies(redis.connection.Connection):
