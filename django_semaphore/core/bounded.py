@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import math
 import os
@@ -33,7 +34,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import redis.exceptions
@@ -83,6 +84,10 @@ class Deadline:
 NO_DEADLINE = Deadline(None)
 
 
+# Posts numbered in the order they are sent (next() on a count is atomic).
+_posts_sent = itertools.count()
+
+
 @dataclass(frozen=True)
 class Posted:
     """A command sent without waiting for its reply (``post``): what to do with the reply once it is read."""
@@ -91,6 +96,8 @@ class Posted:
     on_reply: Callable[[Any], object]
     # Called when no reply can be read (the connection failed first): whether the command ran is unknown.
     on_failure: Callable[[], object]
+    # The order it was sent in, in this process: replies read from several connections are handed over so.
+    order: int = field(default_factory=lambda: next(_posts_sent))
 
 
 class Connections:
@@ -122,7 +129,7 @@ class Connections:
             if self._posted and connection in self._posted:
                 if not reading:
                     return connection
-                self._collect(connection, self._posted.pop(connection), deadline)
+                _hand(self._read(connection, self._posted.pop(connection), deadline))
         try:
             if _connected(connection) and connection.can_read(0):
                 connection.disconnect()  # the server closed it, or left a reply on it: start again
@@ -151,7 +158,7 @@ class Connections:
             return
         posts = self._posted.pop(connection, None)
         if posts:
-            self._collect(connection, posts, NO_DEADLINE)
+            _hand(self._read(connection, posts, NO_DEADLINE))
         connection.disconnect()
 
     def post(self, command: tuple[Any, ...], posted: Posted) -> None:
@@ -177,8 +184,9 @@ class Connections:
         self._posted[connection] = [*earlier, posted]  # before it can be taken again
         self.give_back(connection)
 
-    def collect(self, deadline: Deadline = NO_DEADLINE) -> None:
-        """Read the replies posts left on connections nobody has taken since (a connection in use: its taker does)."""
+    def collect(self, deadline: Deadline) -> list[tuple[Posted, Any]]:
+        """The replies posts left on connections nobody has taken since (a connection in use: its taker reads them)."""
+        read: list[tuple[Posted, Any]] = []
         for connection in list(self._posted):
             try:
                 self._idle.remove(connection)  # atomic: a connection is either this thread's now, or a taker's
@@ -186,11 +194,12 @@ class Connections:
                 continue
             posts = self._posted.pop(connection, None)
             if posts:
-                self._collect(connection, posts, deadline)
+                read += self._read(connection, posts, deadline)
             self.give_back(connection)
+        return read
 
-    def _collect(self, connection: Any, posts: list[Posted], deadline: Deadline) -> None:
-        """Read ``posts``' replies from ``connection``, then hand each over; those not read are failed.
+    def _read(self, connection: Any, posts: list[Posted], deadline: Deadline) -> list[tuple[Posted, Any]]:
+        """``posts`` with their replies, read from ``connection``; those not read are failed.
 
         The taker's own call goes on, on a new connection if this one failed.
         """
@@ -209,9 +218,8 @@ class Connections:
             connection.disconnect()
             _failed(posts[len(replies) :])
             raise
-        for posted, reply in zip(posts, replies):  # noqa: B905 (fewer replies than posts: those failed below)
-            _handed(functools.partial(posted.on_reply, reply))
         _failed(posts[len(replies) :])
+        return list(zip(posts, replies))  # noqa: B905 (fewer replies than posts: those were failed)
 
 
 def _connected(connection: Any) -> bool:
@@ -230,6 +238,12 @@ def _send(connections: Connections, connection: Any, packed: Any, deadline: Dead
         connection.send_packed_command(packed, check_health=False)
         return True
     return False
+
+
+def _hand(read: list[tuple[Posted, Any]]) -> None:
+    """Hand each reply read to its post, in the order they were sent."""
+    for posted, reply in sorted(read, key=lambda pair: pair[0].order):
+        _handed(functools.partial(posted.on_reply, reply))
 
 
 def _failed(posts: list[Posted]) -> None:
@@ -374,8 +388,7 @@ def collect_posted(within: float = COLLECT_WITHIN) -> None:
     deadline = Deadline.after(within)
     with _connections_lock:
         every = list(_connections.values())
-    for connections in every:
-        connections.collect(deadline)
+    _hand([pair for connections in every for pair in connections.collect(deadline)])
 
 
 def _exchange(client: SyncClient, calls: list[ScriptCall], extra: list[tuple[Any, ...]], deadline: Deadline) -> Any:
@@ -423,7 +436,7 @@ def run(client: SyncClient, call: ScriptCall, deadline: Deadline = NO_DEADLINE) 
             if _redirected(reply):
                 return scripts.run(client, call)
             return scripts.raised(reply)
-    connections.collect(deadline)  # on another connection: what this process posted runs first, as on the same one
+    _hand(connections.collect(deadline))  # on another connection: what this process posted runs first, as on one
     if deadline.at is None:
         return scripts.exchanged(client, call)
     return scripts.raised(run_pipeline(client, [call], deadline)[0])
