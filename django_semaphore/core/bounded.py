@@ -88,14 +88,42 @@ NO_DEADLINE = Deadline(None)
 _posts_sent = itertools.count()
 
 
+class _Outstanding:
+    """Posts not read yet, posts being read (their error replies run again), and how many ran again so far.
+
+    An acquire refused while a release this process posted had not run (its
+    reply said so, and it is being run again, or is still unread) may find
+    the permit on a second try: ``rerun_since``.
+    """
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.unread = 0
+        self.reading = 0
+        self.rerun = 0
+
+    def add(self, unread: int = 0, reading: int = 0, rerun: int = 0) -> None:
+        with self.changed:
+            self.unread += unread
+            self.reading += reading
+            self.rerun += rerun
+            self.changed.notify_all()
+
+
+_outstanding = _Outstanding()
+
+
 @dataclass(frozen=True)
 class Posted:
     """A command sent without waiting for its reply (``post``): what to do with the reply once it is read."""
 
-    # Called with the reply (an error reply as a ``ResponseError`` value), on whichever thread reads it.
+    # Called with the reply, after the call that read it (on its thread), or on a thread of its own.
     on_reply: Callable[[Any], object]
-    # Called when no reply can be read (the connection failed first): whether the command ran is unknown.
+    # Called when no reply can be read (the connection failed first), or it runs again and fails.
     on_failure: Callable[[], object]
+    # Called with an error reply, as soon as it is read: the command run again the way that mends the
+    # error (a lost library, a moved slot), its reply returned; it raises when that fails too.
+    again: Callable[[redis.exceptions.ResponseError], Any]
     # The order it was sent in, in this process: replies read from several connections are handed over so.
     order: int = field(default_factory=lambda: next(_posts_sent))
 
@@ -114,12 +142,12 @@ class Connections:
         # Idle connections with posted commands' replies still to read, in order: their next taker reads them.
         self._posted: dict[Any, list[Posted]] = {}
 
-    def take(self, deadline: Deadline, *, reading: bool = True) -> Any:
+    def take(self, deadline: Deadline, read: list[tuple[Posted, Any]]) -> Any:
         """A connected connection, reached within what is left of ``deadline``.
 
-        Replies that posts left on it are read first; with ``reading`` False
-        (another post) they stay, and the connection is not looked at: a
-        reply may be waiting on it, and posting needs none.
+        Replies that posts left on it are read first, into ``read``, for the
+        caller to hand over once its own call is done (``hand``): a slow
+        receiver of what they say must not eat into that call's time.
         """
         try:
             connection = self._idle.pop()
@@ -127,9 +155,20 @@ class Connections:
             connection = self._factory(**self._options)
         else:
             if self._posted and connection in self._posted:
-                if not reading:
-                    return connection
-                _hand(self._read(connection, self._posted.pop(connection), deadline))
+                self._read(connection, self._posted.pop(connection), deadline, read)
+        return self._usable(connection, deadline)
+
+    def _take_unread(self) -> Any:
+        """A connection for another post: replies left on it stay, and it is not looked at (one may be waiting)."""
+        try:
+            connection = self._idle.pop()
+        except IndexError:
+            return self._usable(self._factory(**self._options), NO_DEADLINE)
+        if self._posted and connection in self._posted:
+            return connection
+        return self._usable(connection, NO_DEADLINE)
+
+    def _usable(self, connection: Any, deadline: Deadline) -> Any:
         try:
             if _connected(connection) and connection.can_read(0):
                 connection.disconnect()  # the server closed it, or left a reply on it: start again
@@ -158,7 +197,13 @@ class Connections:
             return
         posts = self._posted.pop(connection, None)
         if posts:
-            _hand(self._read(connection, posts, NO_DEADLINE))
+            read: list[tuple[Posted, Any]] = []
+            try:
+                self._read(connection, posts, NO_DEADLINE, read)
+            except redis.exceptions.TimeoutError:
+                pass  # what was not read was failed
+            finally:
+                hand(read)
         connection.disconnect()
 
     def post(self, command: tuple[Any, ...], posted: Posted) -> None:
@@ -170,39 +215,56 @@ class Connections:
         at all (a response holding several permits, a hung server). Raises
         what sending raised.
         """
-        connection = self.take(NO_DEADLINE, reading=False)
+        connection = self._take_unread()
         earlier = self._posted.pop(connection, [])
         try:
             if _send(self, connection, connection.pack_command(*command), NO_DEADLINE):
+                _outstanding.add(unread=-len(earlier))
                 _failed(earlier)  # their replies went with the connection it replaced
                 earlier = []
         except BaseException:
             connection.disconnect()
             self.give_back(connection)
+            _outstanding.add(unread=-len(earlier))
             _failed(earlier)
             raise
         self._posted[connection] = [*earlier, posted]  # before it can be taken again
+        _outstanding.add(unread=1)
         self.give_back(connection)
 
-    def collect(self, deadline: Deadline) -> list[tuple[Posted, Any]]:
-        """The replies posts left on connections nobody has taken since (a connection in use: its taker reads them)."""
-        read: list[tuple[Posted, Any]] = []
+    def collect(self, deadline: Deadline, read: list[tuple[Posted, Any]]) -> None:
+        """Read, into ``read``, the replies posts left on connections nobody has taken since (a connection in use:
+        its taker reads them)."""
         for connection in list(self._posted):
             try:
                 self._idle.remove(connection)  # atomic: a connection is either this thread's now, or a taker's
             except ValueError:
                 continue
             posts = self._posted.pop(connection, None)
-            if posts:
-                read += self._read(connection, posts, deadline)
+            try:
+                if posts:
+                    self._read(connection, posts, deadline, read)
+            except redis.exceptions.TimeoutError:
+                continue  # a hung server: what was not read was failed, the connection is dropped
             self.give_back(connection)
-        return read
 
-    def _read(self, connection: Any, posts: list[Posted], deadline: Deadline) -> list[tuple[Posted, Any]]:
-        """``posts`` with their replies, read from ``connection``; those not read are failed.
+    def _read(self, connection: Any, posts: list[Posted], deadline: Deadline, read: list[tuple[Posted, Any]]) -> None:
+        """``posts`` with their replies, read from ``connection`` into ``read``; those not read are failed.
 
-        The taker's own call goes on, on a new connection if this one failed.
+        An error reply runs its command again now (``Posted.again``), before
+        the taker's own call. A connection the server closed is the taker's
+        to replace; a server that does not answer (a timeout) is raised: the
+        taker's own call would wait for it too.
         """
+        _outstanding.add(unread=-len(posts), reading=len(posts))
+        try:
+            self._read_them(connection, posts, deadline, read)
+        finally:
+            _outstanding.add(reading=-len(posts))
+
+    def _read_them(
+        self, connection: Any, posts: list[Posted], deadline: Deadline, read: list[tuple[Posted, Any]]
+    ) -> None:
         replies: list[Any] = []
         try:
             for _ in posts:
@@ -212,14 +274,13 @@ class Connections:
                     replies.append(connection.read_response())
                 except redis.exceptions.ResponseError as error:
                     replies.append(error)
-        except Exception:  # whatever it is, the taker's own call goes on
-            connection.disconnect()
-        except BaseException:
+        except BaseException as error:
             connection.disconnect()
             _failed(posts[len(replies) :])
-            raise
-        _failed(posts[len(replies) :])
-        return list(zip(posts, replies))  # noqa: B905 (fewer replies than posts: those were failed)
+            if isinstance(error, redis.exceptions.TimeoutError) or not isinstance(error, Exception):
+                _kept(posts, replies, read)
+                raise
+        _kept(posts, replies, read)
 
 
 def _connected(connection: Any) -> bool:
@@ -240,8 +301,38 @@ def _send(connections: Connections, connection: Any, packed: Any, deadline: Dead
     return False
 
 
-def _hand(read: list[tuple[Posted, Any]]) -> None:
-    """Hand each reply read to its post, in the order they were sent."""
+def _kept(posts: list[Posted], replies: list[Any], read: list[tuple[Posted, Any]]) -> None:
+    """The replies read, into ``read``; an error reply's command run again first, failed if that fails."""
+    for posted, reply in zip(posts, replies):  # noqa: B905 (fewer replies than posts: those were failed)
+        if isinstance(reply, redis.exceptions.ResponseError):
+            try:
+                reply = posted.again(reply)
+            except Exception:
+                _handed(posted.on_failure)
+                continue
+            finally:
+                _outstanding.add(rerun=1)
+        read.append((posted, reply))
+
+
+def hand(read: list[tuple[Posted, Any]]) -> None:
+    """Hand each reply read to its post, in the order they were sent: on this thread, after its own call; from a
+    thread that must not run what signal receivers do (``hand_elsewhere``), on a thread of their own."""
+    if not read:
+        return
+    if getattr(_elsewhere, "here", False):
+        threading.Thread(target=_hand_now, args=(read,), name="django-semaphore-answers", daemon=True).start()
+        return
+    _hand_now(read)
+
+
+def hand_elsewhere() -> None:
+    """Replies this thread reads are handed over on another: the renewal thread's, whose renewals a slow
+    receiver of ``semaphore_released`` must not hold up (a lease would end under its holder)."""
+    _elsewhere.here = True
+
+
+def _hand_now(read: list[tuple[Posted, Any]]) -> None:
     for posted, reply in sorted(read, key=lambda pair: pair[0].order):
         _handed(functools.partial(posted.on_reply, reply))
 
@@ -262,13 +353,19 @@ def _handed(handler: Callable[[], object]) -> None:
 # Per pool, per process: a forked child must not share its parent's sockets.
 _connections: weakref.WeakKeyDictionary[Any, Connections] = weakref.WeakKeyDictionary()
 _connections_lock = threading.Lock()
+# Held while a thread of collect_posted_aside's runs.
+_collecting = threading.Lock()
+# Set on the threads whose replies read are handed over elsewhere (hand_elsewhere).
+_elsewhere = threading.local()
 
 
 def _forget_connections() -> None:
-    """In a forked child: none of its parent's connections, and a lock no thread of the parent may hold."""
-    global _connections_lock
+    """In a forked child: none of its parent's connections, and locks no thread of the parent may hold."""
+    global _connections_lock, _collecting, _outstanding
     _connections.clear()
     _connections_lock = threading.Lock()
+    _collecting = threading.Lock()
+    _outstanding = _Outstanding()
 
 
 os.register_at_fork(after_in_child=_forget_connections)
@@ -298,7 +395,17 @@ def connections_for(client: SyncClient, key: str) -> Connections:
 
 def exchange(connections: Connections, deadline: Deadline, commands: list[tuple[Any, ...]]) -> list[Any]:
     """Send ``commands`` on one connection and read their replies (errors as values), by ``deadline``."""
-    connection = connections.take(deadline)
+    read: list[tuple[Posted, Any]] = []  # replies of earlier posts the connection carried, handed over after
+    try:
+        connection = connections.take(deadline, read)
+        return _exchanged(connections, connection, deadline, commands)
+    finally:
+        hand(read)
+
+
+def _exchanged(
+    connections: Connections, connection: Any, deadline: Deadline, commands: list[tuple[Any, ...]]
+) -> list[Any]:
     try:
         packed = connection.pack_command(*commands[0]) if len(commands) == 1 else connection.pack_commands(commands)
         _send(connections, connection, packed, deadline)
@@ -339,56 +446,89 @@ def post(
 ) -> bool:
     """Send ``call`` and return without waiting for its reply; False (nothing sent) when its way is not decided.
 
-    ``on_reply(reply)`` runs when the reply is read: by the next call that
-    takes the connection, or by ``collect_posted`` (the background thread).
-    A reply that says it did not run as sent (a lost library or script
-    cache, a moved slot) runs it again then, through the exchange or the
-    Cluster client. ``on_failure()`` runs instead when its reply cannot be
-    read, or it fails again: the caller retries it its own way. What sending
-    raises is raised.
+    The reply is read by the next call that takes the connection, or by
+    ``collect_posted``. A reply that says it did not run as sent (a lost
+    library or script cache, a moved slot) runs it again at once, through
+    the exchange or the Cluster client, before the call that read it goes
+    on: the worker's next request must find the permit back, as after a
+    release that waited. Then ``on_reply(reply)`` runs, once that call is
+    done; ``on_failure()`` instead when the reply cannot be read, or the call
+    fails again: the caller retries it its own way. What sending raises is
+    raised.
     """
     state = scripts.state_of(client)
     command = scripts.direct(state, call)
     if command is None:
         return False
 
-    def replied(reply: Any) -> None:
-        if isinstance(reply, redis.exceptions.ResponseError):
-            # Run it again now, before the call that read this goes on: the worker's next request must
-            # find the permit back, as after a release that waited.
-            try:
-                reply = _again(client, state, command, call, reply)
-            except Exception:
-                on_failure()
-                return
-        on_reply(reply)
+    def again(error: redis.exceptions.ResponseError) -> Any:
+        if _redirected(error):
+            return scripts.run(client, call)
+        if not scripts.sent_directly(state, command, error):
+            return scripts.exchanged(client, call)
+        raise error
 
-    connections_for(client, call.keys[0]).post(command, Posted(replied, on_failure))
+    connections_for(client, call.keys[0]).post(command, Posted(on_reply, on_failure, again))
     return True
 
 
-def _again(
-    client: SyncClient, state: Any, command: tuple[Any, ...], call: ScriptCall, error: redis.exceptions.ResponseError
-) -> Any:
-    """``call`` run again after ``error`` (the reply to ``command``, its direct way), the way that mends the error."""
-    if _redirected(error):
-        return scripts.run(client, call)
-    if not scripts.sent_directly(state, command, error):
-        return scripts.exchanged(client, call)
-    raise error
-
-
 def collect_posted(within: float = COLLECT_WITHIN) -> None:
-    """Read the replies posts left on connections nobody has taken since, in this process, within ``within`` s.
+    """Read the replies posts left on connections nobody has taken since, in this process, within ``within`` s,
+    and hand them over on this thread.
 
-    Bounded: the background thread that does it renews permits too, and a
-    process exiting does it last. A reply not read in time is failed (its
-    release retried from the background).
+    Bounded: a process exiting does it last. A reply not read in time is
+    failed (its release retried from the background).
     """
     deadline = Deadline.after(within)
     with _connections_lock:
         every = list(_connections.values())
-    _hand([pair for connections in every for pair in connections.collect(deadline)])
+    read: list[tuple[Posted, Any]] = []
+    try:
+        for connections in every:
+            connections.collect(deadline, read)
+    finally:
+        hand(read)
+
+
+def rerun_mark() -> int:
+    """A mark, taken before an acquire, for ``rerun_since``."""
+    return _outstanding.rerun
+
+
+def maybe_rerun(mark: int) -> bool:
+    """Whether ``rerun_since(mark)`` may say yes (cheap: no I/O, no wait): posts unread, or run again since."""
+    return bool(_outstanding.unread or _outstanding.reading or _outstanding.rerun > mark)
+
+
+def rerun_since(mark: int, within: float = COLLECT_WITHIN) -> bool:
+    """Whether a release this process posted has run again since ``mark``: an acquire refused in between may
+    have been refused by it, and may find the permit now.
+
+    Reads the replies nobody has read yet first (running again those that
+    say they did not run), and waits, within ``within`` s, for those other
+    threads are reading (and running again).
+    """
+    collect_posted(within)
+    deadline = Deadline.after(within)
+    with _outstanding.changed:
+        while _outstanding.reading and not deadline.passed():
+            _outstanding.changed.wait(max(deadline.left(), 0.0))
+        return _outstanding.rerun > mark
+
+
+def collect_posted_aside() -> None:
+    """``collect_posted`` on a thread of its own (one at a time): the renewal thread asks for it, and must not
+    run what signal receivers do with the replies, nor wait for a server that does not answer."""
+    if not _collecting.acquire(blocking=False):
+        return
+
+    def collect() -> None:
+        try:
+            collect_posted()
+        finally:
+            _collecting.release()
+
+    threading.Thread(target=collect, name="django-semaphore-answers", daemon=True).start()
 
 
 def _exchange(client: SyncClient, calls: list[ScriptCall], extra: list[tuple[Any, ...]], deadline: Deadline) -> Any:
@@ -436,10 +576,14 @@ def run(client: SyncClient, call: ScriptCall, deadline: Deadline = NO_DEADLINE) 
             if _redirected(reply):
                 return scripts.run(client, call)
             return scripts.raised(reply)
-    _hand(connections.collect(deadline))  # on another connection: what this process posted runs first, as on one
-    if deadline.at is None:
-        return scripts.exchanged(client, call)
-    return scripts.raised(run_pipeline(client, [call], deadline)[0])
+    read: list[tuple[Posted, Any]] = []
+    try:
+        connections.collect(deadline, read)  # on another connection: what this process posted runs first
+        if deadline.at is None:
+            return scripts.exchanged(client, call)
+        return scripts.raised(run_pipeline(client, [call], deadline)[0])
+    finally:
+        hand(read)
 
 
 def run_confirmed(client: SyncClient, call: ScriptCall, replicas: int, timeout_ms: int, deadline: Deadline) -> Any:

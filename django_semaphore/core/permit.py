@@ -175,7 +175,7 @@ class Permit:
             self._settle_later()
             raise
         self.released = True
-        renewer.run_unhurried("collect posted replies", bounded.collect_posted)
+        renewer.run_unhurried("collect posted replies", bounded.collect_posted_aside)
         return True
 
     def release_in_background(self, *, soon: bool = False) -> None:

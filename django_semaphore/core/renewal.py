@@ -16,8 +16,10 @@ what that call was granted; or the release itself) is retried here until Redis
 answers, so capacity comes back within moments of Redis doing so.
 
 **Jobs of their own.** It writes the metrics' counts once per interval
-(core/tally.py), and reads the answers of releases sent without waiting for
-them that no call of the process has read since (core/bounded.py's posts).
+(core/tally.py), and has the answers of releases sent without waiting for
+them, that no call of the process has read since, read on a thread of their
+own (core/bounded.py's posts): what signal receivers do with them must not
+hold up the renewals.
 
 Permits taken on the asyncio path are served here too, through the sync
 client: one worker per process, whatever mix of sync and async code it runs.
@@ -35,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from . import scripts
+from . import bounded, scripts
 from .calls import ScriptCall
 from .clients import SyncClient
 from .connection import get_client
@@ -209,6 +211,7 @@ class Background:
             self._thread.start()
 
     def _run(self) -> None:
+        bounded.hand_elsewhere()  # what receivers of the releases' signals do must not hold up the renewals
         while True:
             with self._wakeup:
                 now = time.monotonic()

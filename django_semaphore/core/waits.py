@@ -126,10 +126,26 @@ def block(client: Any, request: AcquireRequest, step: Block, read_timeout: float
     other wait is read within the read timeout, as any read: a Redis that
     answers nothing ends the call then.
     """
+    connections = bounded.connections_for(client, request.wake_key)
+    read: list[Any] = []  # replies of earlier posts the connection carried, handed over once the wait ends
+    try:
+        connection = connections.take(deadline, read)
+        return _blocked(client, request, step, read_timeout, deadline, connections, connection)
+    finally:
+        bounded.hand(read)
+
+
+def _blocked(
+    client: Any,
+    request: AcquireRequest,
+    step: Block,
+    read_timeout: float | None,
+    deadline: Deadline,
+    connections: Any,
+    connection: Any,
+) -> Woken:
     timeout = _cap(step.timeout, read_timeout)
     punctual = step.precise or step.at_expiry
-    connections = bounded.connections_for(client, request.wake_key)
-    connection = connections.take(deadline)
     try:
         connection.send_command("BLPOP", request.wake_key, timeout, check_health=False)
         if connection.can_read(deadline.within(timeout + _grace(step) if punctual else read_timeout)):

@@ -41,7 +41,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest
 
-from ..core import failure_policy
+from ..core import bounded, failure_policy
 from ..core.ascii_numbers import ascii_int
 from ..core.conf import SemaphoreConfig
 from ..core.errors import BackendUnavailable, SemaphoreFull, WeightAboveLimit
@@ -325,22 +325,37 @@ class _Take:
     dry_run: bool = False
 
     def run(self, request: HttpRequest) -> Attempt:
-        if not self.dry_run:
-            return self.semaphore.attempt(**self.options)
-        marked = in_dry_run.set(True)
+        marked = in_dry_run.set(True) if self.dry_run else None
         try:
-            return self.semaphore.attempt(**self.options)
+            mark = bounded.rerun_mark()
+            attempt = self.semaphore.attempt(**self.options)
+            if attempt.granted or not bounded.maybe_rerun(mark) or not bounded.rerun_since(mark):
+                return attempt
+            return self.semaphore.attempt(**self._once_more)
         finally:
-            in_dry_run.reset(marked)
+            if marked is not None:
+                in_dry_run.reset(marked)
 
     async def arun(self, request: HttpRequest) -> Attempt:
-        if not self.dry_run:
-            return await self.semaphore.aattempt(**self.options)
-        marked = in_dry_run.set(True)
+        marked = in_dry_run.set(True) if self.dry_run else None
         try:
-            return await self.semaphore.aattempt(**self.options)
+            mark = bounded.rerun_mark()
+            attempt = await self.semaphore.aattempt(**self.options)
+            if attempt.granted or not bounded.maybe_rerun(mark):
+                return attempt
+            if not await sync_to_async(bounded.rerun_since, thread_sensitive=False)(mark):
+                return attempt
+            return await self.semaphore.aattempt(**self._once_more)
         finally:
-            in_dry_run.reset(marked)
+            if marked is not None:
+                in_dry_run.reset(marked)
+
+    @property
+    def _once_more(self) -> dict[str, Any]:
+        """Refused while a release of this process's that had not run (a lost library: its reply said so) was
+        being run again: asked once more, without waiting (bounded.rerun_since), as a release that waited
+        for its answer would have left the permit back before this request came."""
+        return {**self.options, "wait": 0}
 
 
 @dataclass(frozen=True)

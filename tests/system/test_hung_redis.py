@@ -232,3 +232,23 @@ def test_permits_given_back_on_a_hung_redis_cost_one_socket_timeout(own_server: 
     # Given back once Redis answers again (the releases are retried in the background).
     wait_until(lambda: renewer.pending() == 0 and get_semaphore("sitewide").status().used == 0)
     assert get_semaphore("guarded").status().used == 0
+
+
+@pytest.mark.django_db  # closing a response sends request_finished, which tidies database connections
+def test_a_call_after_a_release_sent_without_waiting_costs_one_socket_timeout(
+    own_server: RedisServer, settings
+) -> None:
+    """The release's answer, read first by the next call on its connection, does not come: that is the
+    call's timeout, not one before a second on a new connection to the same hung server."""
+    timeout = 1.5
+    use_socket_timeout(settings, own_server, timeout)
+    declare(settings)
+    other = get_semaphore("sitewide").acquire(auto_renew=False)
+    assert other is not None and Client().get("/surface/guarded/").status_code == 200  # the way is decided
+    response = Client().get("/surface/guarded/")
+    with stalled(own_server):
+        response.close()  # sent into the hung server
+        took, outcome = timed(other.release)
+    assert isinstance(outcome, BackendUnavailable)
+    assert took <= timeout + SLACK, f"{took:.2f} s for one socket timeout of {timeout} s"
+    wait_until(lambda: renewer.pending() == 0 and get_semaphore("guarded").status().used == 0)

@@ -36,6 +36,7 @@ from django_semaphore.core import bounded, scripts
 from django_semaphore.core.renewal import renewer
 from django_semaphore.core.tally import BUCKETS, read_totals, tally
 from django_semaphore.middleware import SemaphoreMiddleware
+from django_semaphore.signals import semaphore_backend_error, semaphore_released
 from django_semaphore.testing import RedisServer
 
 from ..support import modes, views
@@ -43,6 +44,7 @@ from ..support.after_response_site import INSIDE, OVER
 from ..support.guards import declare
 from ..support.gunicorn import Gunicorn
 from ..support.polling import wait_until
+from ..support.recorded import recorded
 
 # Closing a response sends request_finished, whose receiver looks at the database connection.
 pytestmark = pytest.mark.django_db
@@ -165,6 +167,48 @@ def test_a_closed_response_does_not_wait_for_redis_to_answer_its_release(
     assert ends.permits == [("guarded", "released")]
 
 
+@pytest.mark.processes
+def test_a_slow_receiver_of_the_answer_does_not_eat_into_the_next_calls_time(settings, own_server: RedisServer) -> None:
+    """A receiver of ``semaphore_released`` slower than the socket timeout (0.5 s here) runs after the call that
+    read the answer, not inside its time: the next request is guarded as usual, no outage."""
+    declare(settings)
+    assert used() == 0  # the way this server runs scripts is known now: a release can go alone
+
+    def slow(**kwargs: Any) -> None:
+        time.sleep(0.6)
+
+    views.guarded(RequestFactory().get("/surface/guarded/")).close()
+    semaphore_released.connect(slow)
+    try:
+        with recorded(semaphore_backend_error) as errors:
+            response = views.guarded(RequestFactory().get("/surface/guarded/"))
+            response.close()
+    finally:
+        semaphore_released.disconnect(slow)
+    assert response.status_code == 200 and errors == []
+
+
+def test_a_slow_receiver_of_the_answer_never_holds_up_the_renewals(settings) -> None:
+    """Nobody calls after the release: the background reads its answer, on a thread of its own, so a slow
+    receiver does not stop the renewal thread from keeping another permit's lease alive."""
+    declare(settings)
+    assert used() == 0
+    held = get_semaphore("sitewide").acquire(lease=1.5)  # renewed in the background every half second
+    assert held is not None
+
+    def slow(**kwargs: Any) -> None:
+        time.sleep(3)
+
+    semaphore_released.connect(slow)
+    try:
+        views.guarded(RequestFactory().get("/surface/guarded/")).close()
+        time.sleep(4)
+        assert held.held and held.is_held(), held
+    finally:
+        semaphore_released.disconnect(slow)
+        held.release()
+
+
 def test_with_no_next_call_the_background_thread_reads_the_answer(settings, client: Client, ends: Ends) -> None:
     declare(settings)
     assert client.get("/surface/guarded/").status_code == 200
@@ -193,6 +237,65 @@ def test_a_release_that_meets_a_lost_library_or_script_cache_runs_again_before_t
     assert client.get("/surface/guarded/").status_code == 200
     assert renewer.pending() == 0 and used() == 0
     assert ends.permits == [("guarded", "released")] * 3
+
+
+def lose_the_scripts(way: modes.Way, redis_client: redis.Redis) -> None:
+    """What a restart, a failover or a flush leaves: the server no longer has the operations' Lua."""
+    if way.name == "functions":
+        redis_client.function_delete(scripts.library()[0])
+    else:
+        redis_client.script_flush()
+
+
+def test_after_a_lost_library_an_async_views_request_finds_the_permit_back(
+    way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings
+) -> None:
+    """The next request is an async view's: its acquire, on the asyncio client, reads no posted answer; refused
+    while a release of the process's had not run, it asks once more when that release has."""
+    settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
+    declare(settings)
+    views.guarded(RequestFactory().get("/surface/guarded/")).close()  # the way is decided: releases go alone
+    assert used() == 0
+    response = views.guarded(RequestFactory().get("/surface/guarded/"))
+    lose_the_scripts(way, redis_client)
+    response.close()  # sent; its answer will say it did not run
+    again = asyncio.run(views.guarded_async(RequestFactory().get("/surface/guarded-async/")))
+    assert again.status_code == 200
+
+
+def test_a_release_run_again_on_another_thread_does_not_turn_the_next_request_away(
+    way: modes.Way, redis_server: RedisServer, redis_client: redis.Redis, settings, monkeypatch
+) -> None:
+    """The background's reading runs the release again while the worker's next request asks on another
+    connection: refused before that run ends, the request asks once more after it."""
+    settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
+    declare(settings)
+    views.guarded(RequestFactory().get("/surface/guarded/")).close()
+    assert used() == 0
+    running, go_on = threading.Event(), threading.Event()
+    kept = bounded._kept
+
+    def slowly_kept(*args: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            running.set()
+            go_on.wait(5)  # the window a FUNCTION LOAD on a busy server opens, widened
+        kept(*args)
+
+    monkeypatch.setattr(bounded, "_kept", slowly_kept)
+    response = views.guarded(RequestFactory().get("/surface/guarded/"))
+    lose_the_scripts(way, redis_client)
+    response.close()
+    reader = threading.Thread(target=bounded.collect_posted)  # what the background runs
+    reader.start()
+    assert running.wait(5)
+    threading.Timer(0.2, go_on.set).start()
+    try:
+        again = views.guarded(RequestFactory().get("/surface/guarded/"))
+        assert again.status_code == 200
+        again.close()
+    finally:
+        go_on.set()
+        reader.join(10)
 
 
 def test_threads_racing_on_the_connections_each_read_their_own_answers(settings, ends: Ends) -> None:
