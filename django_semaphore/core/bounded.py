@@ -219,14 +219,12 @@ class Connections:
         earlier = self._posted.pop(connection, [])
         try:
             if _send(self, connection, connection.pack_command(*command), NO_DEADLINE):
-                _outstanding.add(unread=-len(earlier))
-                _failed(earlier)  # their replies went with the connection it replaced
+                _lost(earlier)  # their replies went with the connection it replaced
                 earlier = []
         except BaseException:
             connection.disconnect()
             self.give_back(connection)
-            _outstanding.add(unread=-len(earlier))
-            _failed(earlier)
+            _lost(earlier)
             raise
         self._posted[connection] = [*earlier, posted]  # before it can be taken again
         _outstanding.add(unread=1)
@@ -267,13 +265,7 @@ class Connections:
     ) -> None:
         replies: list[Any] = []
         try:
-            for _ in posts:
-                if deadline.at is not None and not connection.can_read(deadline.within(self.timeout)):
-                    raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.")
-                try:
-                    replies.append(connection.read_response())
-                except redis.exceptions.ResponseError as error:
-                    replies.append(error)
+            _read_replies(connection, len(posts), deadline, self.timeout, replies)
         except BaseException as error:
             connection.disconnect()
             _failed(posts[len(replies) :])
@@ -299,6 +291,18 @@ def _send(connections: Connections, connection: Any, packed: Any, deadline: Dead
         connection.send_packed_command(packed, check_health=False)
         return True
     return False
+
+
+def _read_replies(connection: Any, count: int, deadline: Deadline, timeout: float | None, replies: list[Any]) -> None:
+    """Read ``count`` replies into ``replies`` (errors as values), each by ``deadline``: those read stay there."""
+    for _ in range(count):
+        # Without a deadline of its own, the socket's timeout bounds each read: no poll first.
+        if deadline.at is not None and not connection.can_read(deadline.within(timeout)):
+            raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.")
+        try:
+            replies.append(connection.read_response())
+        except redis.exceptions.ResponseError as error:
+            replies.append(error)
 
 
 def _kept(posts: list[Posted], replies: list[Any], read: list[tuple[Posted, Any]]) -> None:
@@ -335,6 +339,12 @@ def hand_elsewhere() -> None:
 def _hand_now(read: list[tuple[Posted, Any]]) -> None:
     for posted, reply in sorted(read, key=lambda pair: pair[0].order):
         _handed(functools.partial(posted.on_reply, reply))
+
+
+def _lost(posts: list[Posted]) -> None:
+    """Posts not read, whose replies went with their connection: no longer outstanding, and failed."""
+    _outstanding.add(unread=-len(posts))
+    _failed(posts)
 
 
 def _failed(posts: list[Posted]) -> None:
@@ -409,15 +419,8 @@ def _exchanged(
     try:
         packed = connection.pack_command(*commands[0]) if len(commands) == 1 else connection.pack_commands(commands)
         _send(connections, connection, packed, deadline)
-        replies = []
-        for _ in commands:
-            # Without a deadline of its own, the socket's timeout bounds each read: no poll first.
-            if deadline.at is not None and not connection.can_read(deadline.within(connections.timeout)):
-                raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.")
-            try:
-                replies.append(connection.read_response())
-            except redis.exceptions.ResponseError as error:
-                replies.append(error)
+        replies: list[Any] = []
+        _read_replies(connection, len(commands), deadline, connections.timeout, replies)
     except BaseException:
         connection.disconnect()
         connections.give_back(connection)
@@ -479,7 +482,10 @@ def collect_posted(within: float = COLLECT_WITHIN) -> None:
     Bounded: a process exiting does it last. A reply not read in time is
     failed (its release retried from the background).
     """
-    deadline = Deadline.after(within)
+    _collect_all(Deadline.after(within))
+
+
+def _collect_all(deadline: Deadline) -> None:
     with _connections_lock:
         every = list(_connections.values())
     read: list[tuple[Posted, Any]] = []
@@ -508,8 +514,8 @@ def rerun_since(mark: int, within: float = COLLECT_WITHIN) -> bool:
     say they did not run), and waits, within ``within`` s, for those other
     threads are reading (and running again).
     """
-    collect_posted(within)
-    deadline = Deadline.after(within)
+    deadline = Deadline.after(within)  # one bound for the reading and the waiting
+    _collect_all(deadline)
     with _outstanding.changed:
         while _outstanding.reading and not deadline.passed():
             _outstanding.changed.wait(max(deadline.left(), 0.0))
