@@ -158,10 +158,10 @@ def acquire_flow(
             break
         handover = Handover.parse(woken.note) if woken.note is not None else None
         if handover is not None:
-            handed = replace(reply.handed(handover), vanished=lost)
             alive = provably_alive(reply, clock() - sent, handover, request.handed_claim_ms)
             if not request.must_confirm(alive):
-                return replace(handed, waited=clock() - started)
+                return reply.handed(handover, lost, clock() - started)
+            handed = reply.handed(handover, lost)
             confirming = clock()
             renewed = RenewReply.parse((yield CONFIRM))
             if renewed.held:

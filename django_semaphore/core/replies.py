@@ -101,9 +101,16 @@ class AcquireReply:
         """The earliest moment, on this process's monotonic clock, that the lease granted may end."""
         return self.sent_at + (self.lease_deadline_ms - self.now_ms) / 1000
 
-    def handed(self, handover: Handover) -> AcquireReply:
+    def handed(self, handover: Handover, vanished: str, waited: float = 0.0) -> AcquireReply:
+        """The permit ``handover`` granted, in place of this "queued" reply (``vanished``: keys the call found gone)."""
         return replace(
-            self, code=HANDED, fence=handover.fence, lease_deadline_ms=handover.lease_deadline_ms, position=0
+            self,
+            code=HANDED,
+            fence=handover.fence,
+            lease_deadline_ms=handover.lease_deadline_ms,
+            position=0,
+            vanished=vanished,
+            waited=waited,
         )
 
     @property

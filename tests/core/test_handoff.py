@@ -6,12 +6,16 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
+from typing import Any
 
 import pytest
 import redis
 
-from django_semaphore import Semaphore
+from django_semaphore import Permit, Semaphore
+from django_semaphore.core import renewal
 from django_semaphore.core.conf import SemaphoreConfig
+from django_semaphore.core.renewal import renewer
 from django_semaphore.testing import RedisServer
 
 from ..support import workers
@@ -66,6 +70,79 @@ def test_a_handed_permit_is_renewed_to_its_full_lease() -> None:
     (status_holder,) = sem.status().holders
     assert status_holder.lease_deadline_ms - sem.status().now_ms > 30_000  # not the 1 s claim
     permit.release()
+
+
+def _handed_in_a_thread(name: str, **options: object) -> tuple[Semaphore, Any, list[Any], list[str]]:
+    """A permit held (not renewed) and a thread in line behind it, its permit and its ``on_lost`` calls."""
+    sem = make(name, lease=60)
+    holder = sem.acquire(auto_renew=False)
+    assert holder is not None
+    got: list[Any] = []
+    lost: list[str] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(make(name, lease=60).acquire(wait=10, on_lost=lambda _: lost.append("lost")))
+    )
+    waiter.start()
+    wait_until(lambda: sem.status().waiting == 1)
+    return sem, (holder, waiter), got, lost
+
+
+def test_a_permit_handed_on_a_claim_is_renewed_at_once_without_waking_the_thread(monkeypatch) -> None:
+    """The hand-off's path pays no thread switch; the claim is renewed to the full lease at once all the same."""
+    sem, (holder, waiter), got, lost = _handed_in_a_thread("at-once")
+    # Waking it to look more often was the waiter's business, on its way into the line.
+    wait_until(lambda: 0 < renewer._asleep_until <= time.monotonic() + renewal.LOOK_WHILE_WAITING)
+    wakes: list[int] = []
+    notify, track = renewer._wakeup.notify, renewer.track
+    monkeypatch.setattr(renewer._wakeup, "notify", lambda *args: wakes.append(1) or notify(*args))
+    tracked: list[int] = []
+    monkeypatch.setattr(renewer, "track", lambda *args, **kw: (track(*args, **kw), tracked.append(len(wakes))))
+
+    def not_on_the_server(permit: Permit, lease: float | None = None) -> bool:
+        permit.expires_at = time.monotonic() + 60  # the thread's renewals do nothing: the server shows the post's
+        return True
+
+    monkeypatch.setattr(Permit, "renew", not_on_the_server)
+    holder.release()
+    waiter.join(10)
+    (permit,) = got
+    assert permit is not None
+    assert tracked == [0]  # tracked, and the thread left asleep
+    wait_until(lambda: sem.status().holders[0].lease_deadline_ms - sem.status().now_ms > 30_000, timeout=5)
+    monkeypatch.undo()
+    assert permit.is_held() and lost == []
+    permit.release()
+
+
+def test_a_handed_permit_outlives_a_stall_that_begins_after_the_hand_off(own_server: RedisServer) -> None:
+    """A stall longer than what is left of the claim, from a tenth of a second after the hand-off, costs nothing.
+
+    The claim is renewed to the full lease as the waiter gets the permit, as any permit's lease
+    would be: not when the renewal thread next looks, which may be inside the stall.
+    """
+    _, (holder, waiter), got, lost = _handed_in_a_thread("stall")
+    holder.release()
+    waiter.join(10)
+    (permit,) = got
+    assert permit is not None
+    time.sleep(0.1)
+    with redis.Redis.from_url(own_server.url) as admin:
+        admin.execute_command("CLIENT", "PAUSE", 1200, "ALL")  # a failover, a slow fork...
+    time.sleep(1.2 + 0.5)
+    assert lost == [] and permit.is_held()
+    permit.release()
+
+
+def test_a_claim_renewed_at_once_is_looked_at_again_a_quarter_into_it() -> None:
+    permit = make("schedule", lease=60).acquire()
+    assert permit is not None
+    try:
+        now = time.monotonic()
+        permit.expires_at = now + 1.0  # as a claim of 1 s leaves it, the lease being 60 s
+        assert permit.next_renewal() <= now  # due at once: renewed so, without the thread (post_renewal)
+        assert now + 0.24 < permit.claim_renewal() <= now + 0.26  # then the thread's look, should that fail
+    finally:
+        permit.release()
 
 
 @pytest.mark.processes
