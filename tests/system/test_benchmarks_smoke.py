@@ -47,6 +47,9 @@ def test_contended_runs_every_contender_and_reports_the_keys(bench: Bench) -> No
 def test_handoff_reports_percentiles_in_round_trips(bench: Bench) -> None:
     figures = handoff.run(bench, samples=3)
     assert figures["handoff_p99_rtt"] >= figures["handoff_p50_rtt"]
+    # The same run times python-redis-lock's hand-off and the floor of any, and ours against each.
+    assert figures["handoff_floor_p50_rtt"] > 0 and figures["handoff_python_redis_lock_p50_rtt"] > 0
+    assert figures["handoff_ratio_vs_floor"] > 0 and figures["handoff_ratio_vs_python_redis_lock"] > 0
 
 
 def test_expiry_reports_how_late_after_the_lease_end_on_the_servers_clock(bench: Bench) -> None:
