@@ -339,8 +339,8 @@ class AcquireRequest:
         """How long a permit a release hands this waiter lives until it renews it: one of its own TTLs.
 
         A waiter that died in line ties the permit that long at most; a live
-        one renews a quarter into it (in the background; a waiter that must
-        confirm, within a round trip of reading the grant).
+        one renews it as it reads the grant (posted, or by the renewal thread;
+        a waiter that must confirm, before its acquire returns).
         """
         return max(self.claim_ms // 2, 1)
 

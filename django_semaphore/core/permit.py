@@ -10,7 +10,7 @@ from typing import Any
 
 from . import bounded, connection, signals, vanished
 from .adaptive import release_reply
-from .calls import Calls
+from .calls import Calls, ScriptCall
 from .clients import SyncClient
 from .conf import MAX_SECONDS
 from .errors import BackendUnavailable
@@ -173,13 +173,9 @@ class Permit:
                 renewer.reschedule(self)  # from the claim's schedule to the full lease's
 
         try:
-            with connection.translated(self.name, self.partition):
-                if not bounded.post(self._client, self._calls.renew(self.token, lease_ms), answered, self._renew_soon):
-                    return False
+            return self._post(self._calls.renew(self.token, lease_ms), answered, self._renew_soon)
         except BackendUnavailable:
             return False
-        renewer.run_unhurried("collect posted replies", bounded.collect_posted_aside)
-        return True
 
     def _renew_soon(self) -> None:
         if self.held and not self._releasing:  # a release forgot it already: it must not be renewed again
@@ -202,14 +198,23 @@ class Permit:
             return True
         self._start_release()
         try:
-            with connection.translated(self.name, self.partition):
-                client = connection.get_client() if self._client is None else self._client
-                if not bounded.post(client, self._calls.release(self.token), self._released, self._settle_later):
-                    return False
+            if not self._post(self._calls.release(self.token), self._released, self._settle_later):
+                return False
         except BaseException:
             self._settle_later()
             raise
         self.released = True
+        return True
+
+    def _post(self, call: ScriptCall, on_reply: Callable[[Any], object], on_failure: Callable[[], object]) -> bool:
+        """Send ``call`` without waiting for its answer (``bounded.post``); False: not sent, the way not decided yet.
+
+        The background thread reads the answer, should no call on that connection read it first.
+        """
+        with connection.translated(self.name, self.partition):
+            client = connection.get_client() if self._client is None else self._client
+            if not bounded.post(client, call, on_reply, on_failure):
+                return False
         renewer.run_unhurried("collect posted replies", bounded.collect_posted_aside)
         return True
 
