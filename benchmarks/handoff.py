@@ -115,20 +115,23 @@ def _peer_handoffs(bench: Bench, samples: int) -> dict[str, list[float]]:
 
     push = bench.client.register_script("return redis.call('LPUSH', KEYS[1], ARGV[1])")
     lock = redis_lock.Lock(bench.client, LOCK_NAME, expire=30)
-    delays: dict[str, list[float]] = {"floor": [], "python_redis_lock": []}
-    for name, target in (("floor", bare_waiter), ("python_redis_lock", lock_waiter)):
+    # Each: its waiter, what comes before the waiter is told to go, the pause (python-redis-lock's waiter
+    # asks once before it blocks), and the step the hand-off is timed from.
+    peers: dict[str, tuple[Callable[..., None], Callable[[], object], float, Callable[[], object]]] = {
+        "floor": (bare_waiter, lambda: None, PAUSE, lambda: push(keys=[FLOOR_KEY], args=["x"])),
+        "python_redis_lock": (lock_waiter, lambda: lock.acquire(blocking=True, timeout=10), 2 * PAUSE, lock.release),
+    }
+    delays: dict[str, list[float]] = {}
+    for name, (target, before, pause, hand_off) in peers.items():
         process, conn = _started(target, samples, bench.url)
+        delays[name] = []
         try:
             for _ in range(samples):
-                if name == "python_redis_lock":
-                    lock.acquire(blocking=True, timeout=10)
+                before()
                 conn.send("go")
-                time.sleep(PAUSE * (2 if name == "python_redis_lock" else 1))  # its waiter asks once first
+                time.sleep(pause)
                 start = now_ns()
-                if name == "floor":
-                    push(keys=[FLOOR_KEY], args=["x"])
-                else:
-                    lock.release()
+                hand_off()
                 delays[name].append((conn.recv() - start) / 1e9)
         finally:
             _stopped(process)
