@@ -7,7 +7,6 @@ import os
 import signal
 import threading
 import time
-from typing import Any
 
 import pytest
 import redis
@@ -19,6 +18,7 @@ from django_semaphore.core.renewal import renewer
 from django_semaphore.testing import RedisServer
 
 from ..support import workers
+from ..support.handoffs import in_line_behind_a_holder
 from ..support.polling import wait_until
 
 spawn = multiprocessing.get_context("spawn")
@@ -72,24 +72,9 @@ def test_a_handed_permit_is_renewed_to_its_full_lease() -> None:
     permit.release()
 
 
-def _handed_in_a_thread(name: str, **options: object) -> tuple[Semaphore, Any, list[Any], list[str]]:
-    """A permit held (not renewed) and a thread in line behind it, its permit and its ``on_lost`` calls."""
-    sem = make(name, lease=60)
-    holder = sem.acquire(auto_renew=False)
-    assert holder is not None
-    got: list[Any] = []
-    lost: list[str] = []
-    waiter = threading.Thread(
-        target=lambda: got.append(make(name, lease=60).acquire(wait=10, on_lost=lambda _: lost.append("lost")))
-    )
-    waiter.start()
-    wait_until(lambda: sem.status().waiting == 1)
-    return sem, (holder, waiter), got, lost
-
-
 def test_a_permit_handed_on_a_claim_is_renewed_at_once_without_waking_the_thread(monkeypatch) -> None:
     """The hand-off's path pays no thread switch; the claim is renewed to the full lease at once all the same."""
-    sem, (holder, waiter), got, lost = _handed_in_a_thread("at-once")
+    scene = in_line_behind_a_holder("at-once")
     # Waking it to look more often was the waiter's business, on its way into the line.
     wait_until(lambda: 0 < renewer._asleep_until <= time.monotonic() + renewal.LOOK_WHILE_WAITING)
     wakes: list[int] = []
@@ -103,14 +88,12 @@ def test_a_permit_handed_on_a_claim_is_renewed_at_once_without_waking_the_thread
         return True
 
     monkeypatch.setattr(Permit, "renew", not_on_the_server)
-    holder.release()
-    waiter.join(10)
-    (permit,) = got
-    assert permit is not None
+    permit = scene.hand_over()
     assert tracked == [0]  # tracked, and the thread left asleep
-    wait_until(lambda: sem.status().holders[0].lease_deadline_ms - sem.status().now_ms > 30_000, timeout=5)
+    status = scene.semaphore.status
+    wait_until(lambda: status().holders[0].lease_deadline_ms - status().now_ms > 30_000, timeout=5)
     monkeypatch.undo()
-    assert permit.is_held() and lost == []
+    assert permit.is_held() and scene.lost == []
     permit.release()
 
 
@@ -120,16 +103,13 @@ def test_a_handed_permit_outlives_a_stall_that_begins_after_the_hand_off(own_ser
     The claim is renewed to the full lease as the waiter gets the permit, as any permit's lease
     would be: not when the renewal thread next looks, which may be inside the stall.
     """
-    _, (holder, waiter), got, lost = _handed_in_a_thread("stall")
-    holder.release()
-    waiter.join(10)
-    (permit,) = got
-    assert permit is not None
+    scene = in_line_behind_a_holder("stall")
+    permit = scene.hand_over()
     time.sleep(0.1)
     with redis.Redis.from_url(own_server.url) as admin:
         admin.execute_command("CLIENT", "PAUSE", 1200, "ALL")  # a failover, a slow fork...
     time.sleep(1.2 + 0.5)
-    assert lost == [] and permit.is_held()
+    assert scene.lost == [] and permit.is_held()
     permit.release()
 
 

@@ -18,6 +18,7 @@ from django_semaphore.core.renewal import renewer
 from django_semaphore.testing import RedisServer
 
 from ..support import modes
+from ..support.handoffs import in_line_behind_a_holder
 from ..support.polling import wait_until
 
 
@@ -27,23 +28,8 @@ def make(name: str, limit: int = 1, **options: object) -> Semaphore:
 
 def handed(name: str, lease: float = 60) -> tuple[Semaphore, Permit, list[str]]:
     """A permit handed to a waiter in a thread, and its ``on_lost`` calls."""
-    sem = make(name, lease=lease)
-    holder = sem.acquire(auto_renew=False)
-    assert holder is not None
-    got: list[Any] = []
-    lost: list[str] = []
-
-    def wait_in_line() -> None:
-        got.append(make(name, lease=lease).acquire(wait=10, on_lost=lambda _: lost.append("lost")))
-
-    waiter = threading.Thread(target=wait_in_line)
-    waiter.start()
-    wait_until(lambda: sem.status().waiting == 1)
-    holder.release()
-    waiter.join(10)
-    (permit,) = got
-    assert permit is not None
-    return sem, permit, lost
+    scene = in_line_behind_a_holder(name, lease)
+    return scene.semaphore, scene.hand_over(), scene.lost
 
 
 def renewals_counted(monkeypatch: pytest.MonkeyPatch) -> list[float]:
