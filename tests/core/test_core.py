@@ -94,6 +94,19 @@ def test_tokens_are_128_bit_random_and_fences_strictly_increase() -> None:
     assert fences == sorted(fences) and len(set(fences)) == 20
 
 
+def test_fences_keep_increasing_when_the_keys_are_lost_again_and_again(redis_client: redis.Redis) -> None:
+    """Keys lost and made anew within one millisecond (an eviction, a FLUSHDB) still give a higher fence."""
+    sem = make(1)
+    fences = []
+    for _ in range(100):
+        permit = sem.acquire(auto_renew=False)
+        assert permit is not None
+        fences.append(permit.fence)
+        permit.release()
+        redis_client.delete(*sem.keys.common)  # the next acquire seeds the fence from the clock again
+    assert fences == sorted(set(fences)), fences  # strictly increasing
+
+
 def test_release_is_idempotent_and_owner_only() -> None:
     sem = make(1)
     permit = sem.acquire()

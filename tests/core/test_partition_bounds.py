@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from io import StringIO
@@ -121,9 +120,6 @@ def test_an_evicted_partition_starts_with_a_higher_fence(settings) -> None:
     assert other is not None
     other.release()
     assert get_semaphore("guarded", "again").status().fence == 0  # its keys are gone
-    # A fence after lost keys is seeded from the server's clock in milliseconds (common.lua's next_fence):
-    # higher once the clock has moved on. Within the same millisecond it is not (CI met it once): a gap.
-    time.sleep(0.002)
     second = get_semaphore("guarded", "again").acquire(auto_renew=False)
     assert second is not None and second.fence > first.fence
 

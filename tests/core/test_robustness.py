@@ -219,9 +219,12 @@ def test_a_permit_renewed_later_than_the_threads_next_look_does_not_wake_it(monk
     for _ in range(20):
         sem.acquire().release()  # first renewal due in 40 s, after the thread's next look
     assert wakes == []
+    # The thread may already be due to look before the short lease's renewal (another test's clean-up
+    # retried, a job of its own): then waking it is not needed, and not done.
+    asleep_until = renewer._asleep_until
     short = sem.acquire(lease=0.6)  # renewal due in 0.2 s, before the thread's next look
     try:
-        assert wakes
+        assert wakes or asleep_until <= short.next_renewal(), (asleep_until, short.next_renewal())
         time.sleep(0.8)
         assert short.is_held()  # the server still has it past its first lease: it was renewed
     finally:

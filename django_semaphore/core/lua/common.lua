@@ -147,10 +147,16 @@ end
 -- (a loaded library keeps them; a script run with EVALSHA starts from nothing on every call).
 local MS_TEXT = {}
 
+-- The last reading of the server's clock, in microseconds: the seed of a new fence (next_fence).
+-- Every operation reads the clock first, so it is always the running operation's own reading.
+local clock_us = 0
+
 -- The server's clock in ms, as a number and as text (without formatting the number).
 local function server_now_ms()
   local t = redis.call('TIME')
-  local ms = math.floor(tonumber(t[2]) / 1000)
+  local us = tonumber(t[2])
+  clock_us = tonumber(t[1]) * 1000000 + us
+  local ms = math.floor(us / 1000)
   local text = MS_TEXT[ms]
   if not text then
     text = string.format('%03d', ms)
@@ -622,10 +628,12 @@ local function each_head(line, n)
 end
 
 -- A fence for a new grant: one above the last or, for a semaphore without one (new, or its keys
--- were lost or expired), the server clock in microseconds, so fences keep increasing across such
--- gaps as long as the clock does and grants stay under a thousand per millisecond.
-local function next_fence(last, now)
-  return (tonumber(last) or now * 1000) + 1
+-- were lost or expired), the server's clock in microseconds. Fences then keep increasing across such
+-- gaps as long as the clock does, even when the keys are lost and made again within a millisecond:
+-- every grant costs the server more than a microsecond (a script, several writes), so a later seed
+-- has passed every fence granted since the earlier one.
+local function next_fence(last)
+  return (tonumber(last) or clock_us) + 1
 end
 
 -- Grant `weight` permits to `token` (written by commit); returns its fence and lease deadline.
@@ -633,7 +641,7 @@ local function grant(ctx, token, weight, lease_ms, hold_ms, nonce, meta, weight_
   -- A token whose lease ran out in this very script is granted anew: it must not be reclaimed.
   keep(K.holders, token)
   keep(K.info, token)
-  local fence = next_fence(ctx.fence, ctx.now)
+  local fence = next_fence(ctx.fence)
   ctx.fence = fence
   local hold_until = hold_ms > 0 and ctx.now + hold_ms or 0
   local deadline = ctx.now + lease_ms
@@ -843,7 +851,7 @@ local function context(st, cfg, now, now_text, h, caller)
   end
   if lost == 'state' then
     -- A fence again (seeded from the clock, as for a new semaphore), so the loss is found only once.
-    ctx.fence = next_fence(nil, now) - 1
+    ctx.fence = next_fence(nil) - 1
     set_state('fence', ctx.fence)
   end
   return ctx
