@@ -12,7 +12,11 @@ the common case, the full operation (on the same call) where it must fall
 through: a waiter queued, a lease that ended, a re-acquire, a weight above
 one, a paused semaphore, an adaptive limit, a partition's expiry, keys lost,
 a note or a tombstone on the caller's wake list, a history sample due, a
-call too late, a release naming another grant.
+call too late, a release naming another grant. A release with a line behind
+it takes the fast path when it frees one permit for a head asking one (fair:
+handed over; not fair: woken), and falls through for a heavier head, a claim
+shorter than the call's waiter TTL, a lowered limit, a head without its
+request, or a waiter whose heartbeat is due.
 """
 
 from __future__ import annotations
@@ -371,6 +375,80 @@ def test_an_adaptive_limit_and_a_due_sample_take_the_full_operation(engines, way
         assert run.acquire("b", "full")[0] == 1
         time.sleep(0.002)
         assert run.release("b", "full") == 1
+
+    both(engines, scenario, way)
+
+
+def line_behind_one_holder(run: Run, **request: Any) -> None:
+    """Limit 1 (set at run time): "a" holds, "w" then "x" wait in line (each with ``request``)."""
+    seeded(run)
+    run.set_limit("set", 1)
+    assert run.acquire("a", "fast")[0] == 1
+    assert run.acquire("w", "full", mode="wait", **request)[0] == 3
+    assert run.acquire("x", "full", mode="wait")[0] == 3
+
+
+@pytest.mark.parametrize("config", [WHOLE, PARTITION], ids=["whole", "partition"])
+def test_a_release_hands_its_permit_to_the_head_of_the_line(engines, way, config) -> None:
+    def scenario(run: Run) -> None:
+        run.config = config
+        line_behind_one_holder(run, hold=30000)
+        assert run.release("a", "fast") == 1  # "w" holds it on a claim, its grant note on its wake list
+        assert run.acquire("w", "full", lease=60000)[0] == 2  # the waiter takes it up (renewed)
+        assert run.release("w", "fast") == 1  # on to "x"
+        assert run.release("x", "fast") == 1  # nobody left in line
+        assert run.acquire("n", "fast")[0] == 1
+
+    fast = both(engines, scenario, way)
+    assert fast.paths.count("fast") >= 5
+
+
+def test_not_fair_a_release_wakes_the_head_of_the_line(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        run.config = WHOLE.replace(" 1 1", " 0 1")
+        line_behind_one_holder(run)
+        assert run.release("a", "fast") == 1  # "w" woken to race for the permit
+        assert run.acquire("n", "full")[0] == 1  # a newcomer may take it first (the line is not empty)
+        assert run.release("n", "fast") == 1  # "w" has a note waiting: no second one
+        assert run.acquire("w", "full", mode="wait")[0] == 1
+        assert run.release("w", "fast") == 1  # wakes "x"
+
+    both(engines, scenario, way)
+
+
+def test_a_line_the_fast_path_does_not_serve_falls_through(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        seeded(run)
+        run.set_limit("set", 2)
+        assert run.acquire("a", "fast")[0] == 1
+        assert run.acquire("b", "fast")[0] == 1
+        assert run.acquire("w", "full", mode="wait", weight=2)[0] == 3
+        assert run.release("a", "full") == 1  # the head asks more than the permit freed
+        assert run.release("b", "full") == 1  # two permits free: "w" takes both
+        assert run.release("w", "fast") == 1
+        assert run.acquire("c", "fast")[0] == 1
+        assert run.acquire("d", "fast")[0] == 1
+        assert run.acquire("e", "full", mode="wait", claim=1000)[0] == 3  # a claim below this call's waiter TTL
+        assert run.release("c", "full") == 1
+        assert run.release("d", "fast") == 1
+        assert run.acquire("f", "fast")[0] == 1
+        assert run.acquire("g", "full", mode="wait")[0] == 3
+        run.set_limit("set", 1)  # lowered: "e" and "f" hold, so a release frees nothing
+        assert run.release("e", "full") == 1
+        assert run.release("f", "fast") == 1  # frees one: handed to "g"
+        assert run.acquire("h", "full", mode="wait")[0] == 3
+        run.admin.hdel(run.keys.qweight, "h")  # the head's request gone (edited by hand)
+        assert run.release("g", "full") == 1
+
+    both(engines, scenario, way)
+
+
+def test_a_waiter_that_missed_its_heartbeat_is_judged_by_the_full_operation(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        run.config = f"3 300 0 10 {IDLE_MS} 1 0"  # a waiter TTL of 0.3 s
+        line_behind_one_holder(run)
+        time.sleep(0.4)  # both waiters' heartbeats are due
+        assert run.release("a", "full") == 1
 
     both(engines, scenario, way)
 

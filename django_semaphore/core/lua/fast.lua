@@ -47,15 +47,16 @@ end
 local ACQUIRE_FIELDS = {'limit', 'used', 'fence', 'acquired'}
 local RELEASE_FIELDS = {'used', 'fence', 'hold_avg', 'released'}
 
--- limit, every_ms, idle_ms, whole (and the state fields each fast path reads) of a fixed-limit configuration whose
--- every field is in range; nil for an adaptive one, or any configuration common.lua's read_config
--- would refuse.
+-- limit, waiter_ttl_ms, every_ms, idle_ms, fair, whole (and the state fields each fast path reads) of a
+-- fixed-limit configuration whose every field is in range; nil for an adaptive one, a waiting room's, or
+-- any configuration common.lua's read_config would refuse.
 local function fast_config(raw)
   local found = fast_configs[raw]
   if found then
     return found
   end
-  local limit, ttl, every, keep, idle, whole = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) [01] ([01])$')
+  local limit, ttl, every, keep, idle, fair, whole =
+    string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) ([01]) ([01])$')
   if not limit then
     return nil
   end
@@ -64,7 +65,7 @@ local function fast_config(raw)
       or idle > FAST_MAX_MS then
     return nil
   end
-  found = {limit = limit, every = every, idle = idle, whole = whole == '1'}
+  found = {limit = limit, waiter_ttl = ttl, every = every, idle = idle, fair = fair == '1', whole = whole == '1'}
   found.acquire_fields = fast_fields(ACQUIRE_FIELDS, every > 0)
   found.release_fields = fast_fields(RELEASE_FIELDS, every > 0)
   if fast_config_count >= 1000 then
@@ -74,14 +75,14 @@ local function fast_config(raw)
   return found
 end
 
--- Write the state hash once: `used`, an operation's two fields, and the peak as common.lua's `sample`
--- keeps it between samples (a history's: `used` above the peak read, `st[5]`, becomes the peak).
-local function fast_set_state(state, cfg, st, used, name1, value1, name2, value2)
+-- Write the state hash once: `used`, an operation's fields (name, value, ...), and the peak as common.lua's
+-- `sample` keeps it between samples (a history's: `used` above the peak read, `st[5]`, becomes the peak).
+local function fast_set_state(state, cfg, st, used, ...)
   local used_text = fast_text(used)
   local old_peak = cfg.every > 0 and tonumber(st[5])
   if cfg.every > 0 and (not old_peak or used > old_peak) then
-    redis.call('HSET', state, 'used', used_text, name1, value1, name2, value2, 'peak', used_text)
+    redis.call('HSET', state, 'used', used_text, 'peak', used_text, ...)
   else
-    redis.call('HSET', state, 'used', used_text, name1, value1, name2, value2)
+    redis.call('HSET', state, 'used', used_text, ...)
   end
 end
