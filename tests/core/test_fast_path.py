@@ -61,18 +61,25 @@ class Run:
     replies: list[Any] = field(default_factory=list)
     states: list[Any] = field(default_factory=list)
 
-    def _full_reads(self) -> int:
-        return int(self.admin.info("commandstats").get("cmdstat_zcard", {}).get("calls", 0))
+    def _full_read(self) -> bool:
+        """Whether the server ran a full operation's opening since the last look (the slow log records every command).
+
+        Every full operation reads the state hash's hot fields first (common.lua's read_state:
+        limit, used, fence, expires_at, ...); no fast path reads them in that order.
+        """
+        opening = b"HMGET " + self.keys.state.encode() + b" limit used fence expires_at"
+        entries = self.admin.slowlog_get(10_000)
+        self.admin.slowlog_reset()
+        return any(bytes(entry["command"]).startswith(opening) for entry in entries)
 
     def call(self, call: ScriptCall, expected_path: str | None = None) -> Any:
         """Run ``call``; record its reply, the state after it, and which path answered (fast or full)."""
-        before = self._full_reads()
+        self._full_read()
         try:
             reply: Any = scripts.run(self.client, call)
         except redis.ResponseError as error:
             reply = "error: " + str(error).split(" script: ")[0]  # without the script's name and line
-        # Every full operation reads the length of the line (ZCARD, common.lua's read_line); the fast paths do not.
-        path = "full" if self._full_reads() > before or not scripts.fast_paths_enabled else "fast"
+        path = "full" if self._full_read() or not scripts.fast_paths_enabled else "fast"
         if scripts.fast_paths_enabled and expected_path is not None:
             assert path == expected_path, (call.script, call.args, reply)
         self.paths.append(path)
@@ -151,6 +158,9 @@ def engines(way: modes.Way, redis_server: RedisServer, key_prefix: str) -> Itera
     admin = redis.Redis.from_url(redis_server.url)
     clients.append(admin)
     before = scripts.fast_paths_enabled
+    slow_log = admin.config_get("slowlog-*")
+    admin.config_set("slowlog-log-slower-than", 0)  # every command: Run.call tells the paths apart by them
+    admin.config_set("slowlog-max-len", 10_000)
 
     def make(name: str) -> Run:
         client = redis.Redis.from_url(way.url(redis_server.url))
@@ -163,6 +173,9 @@ def engines(way: modes.Way, redis_server: RedisServer, key_prefix: str) -> Itera
         yield make
     finally:
         scripts.use_fast_paths(before)
+        for name, value in slow_log.items():
+            admin.config_set(name, value)
+        admin.slowlog_reset()
         for client in clients:
             client.close()
 
@@ -384,8 +397,8 @@ def line_behind_one_holder(run: Run, **request: Any) -> None:
     seeded(run)
     run.set_limit("set", 1)
     assert run.acquire("a", "fast")[0] == 1
-    assert run.acquire("w", "full", mode="wait", **request)[0] == 3
-    assert run.acquire("x", "full", mode="wait")[0] == 3
+    assert run.acquire("w", "full", mode="wait", **request)[0] == 3  # the first in line: the full operation
+    assert run.acquire("x", "fast", mode="wait")[0] == 3  # behind it: a place of its own
 
 
 @pytest.mark.parametrize("config", [WHOLE, PARTITION], ids=["whole", "partition"])
@@ -408,7 +421,7 @@ def test_not_fair_a_release_wakes_the_head_of_the_line(engines, way) -> None:
         run.config = WHOLE.replace(" 1 1", " 0 1")
         line_behind_one_holder(run)
         assert run.release("a", "fast") == 1  # "w" woken to race for the permit
-        assert run.acquire("n", "full")[0] == 1  # a newcomer may take it first (the line is not empty)
+        assert run.acquire("n", "fast")[0] == 1  # a newcomer may take it first (the line is not empty)
         assert run.release("n", "fast") == 1  # "w" has a note waiting: no second one
         assert run.acquire("w", "full", mode="wait")[0] == 1
         assert run.release("w", "fast") == 1  # wakes "x"
@@ -439,6 +452,64 @@ def test_a_line_the_fast_path_does_not_serve_falls_through(engines, way) -> None
         assert run.acquire("h", "full", mode="wait")[0] == 3
         run.admin.hdel(run.keys.qweight, "h")  # the head's request gone (edited by hand)
         assert run.release("g", "full") == 1
+
+    both(engines, scenario, way)
+
+
+def test_a_place_in_line_is_taken_and_kept_on_the_fast_path(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        line_behind_one_holder(run, hold=30000)
+        assert run.acquire("x", "fast", mode="wait")[0] == 3  # in line already: its heartbeat, its place kept
+        assert run.acquire("y", "fast", mode="wait", hold=5000, lease=90000)[0] == 3
+        assert run.acquire("w", "fast", mode="wait", hold=30000)[0] == 3
+        assert run.release("a", "fast") == 1
+        assert run.acquire("z", "fast", mode="wait")[0] == 3  # "w" holds it now: still full
+
+    fast = both(engines, scenario, way)
+    assert [reply[7] for reply in fast.raw[6:9]] == [2, 3, 1]  # each one's place
+
+
+def test_an_acquire_behind_a_line_the_fast_path_does_not_serve_falls_through(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        line_behind_one_holder(run)
+        assert run.acquire("t", "full")[0] == 0  # a "try" that finds it full: refused
+        assert run.acquire("x", "full", mode="wait", weight=2)[0] == -3  # in line with another weight
+        run.admin.hset(run.keys.state, "audited_at", 0)  # a recount due
+        assert run.acquire("r", "full", mode="wait")[0] == 3
+        run.admin.hset(run.keys.state, "sampled_at", 0)  # a history sample due
+        assert run.acquire("s", "full", mode="wait")[0] == 3
+        run.admin.hset(run.keys.state, "expires_at", run.now_ms() + IDLE_MS + 1000)  # a place would outlive it
+        assert run.acquire("u", "full", mode="wait")[0] == 3
+        run.admin.hset(run.keys.state, "limit", 2)  # a free permit in a fair line: the head's
+        assert run.acquire("v", "full", mode="wait")[0] == 3
+        assert run.acquire("a", "full", mode="wait")[0] == 2  # holds one: renewed
+        run.set_limit("set", 0)  # paused
+        assert run.acquire("p", "full", mode="wait")[0] == 3
+
+    both(engines, scenario, way)
+
+
+def test_not_fair_a_newcomer_behind_a_line_falls_through_unless_it_takes_the_last_permit(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        run.config = WHOLE.replace(" 1 1", " 0 1")
+        line_behind_one_holder(run)
+        run.set_limit("set", 3)  # two free: the full operation wakes the line
+        assert run.acquire("b", "full")[0] == 1
+        assert run.acquire("c", "full", lease=1000)[0] == 1  # the last one, on a lease shorter than a waiter TTL
+        assert run.release("c", "fast") == 1  # "w" was woken already
+        assert run.acquire("w", "full", mode="wait")[0] == 1  # its turn, from the line
+        assert run.acquire("d", "fast", mode="wait")[0] == 3
+
+    both(engines, scenario, way)
+
+
+def test_a_lapsed_waiter_coming_back_takes_the_full_operation(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        run.config = f"3 300 0 10 {IDLE_MS} 1 0"
+        line_behind_one_holder(run)
+        time.sleep(0.4)
+        assert run.acquire("y", "full", mode="wait")[0] == 3  # "w" and "x" lapse: out of line, tickets kept
+        assert run.acquire("x", "full", mode="wait")[0] == 3  # back for its ticket
 
     both(engines, scenario, way)
 

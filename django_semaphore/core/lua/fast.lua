@@ -45,6 +45,9 @@ local function fast_fields(first, history)
   return fields
 end
 local ACQUIRE_FIELDS = {'limit', 'used', 'fence', 'acquired'}
+-- What an acquire behind a line reads (fast_acquire.lua's fast_line_acquire), the same whatever the kind.
+local LINE_FIELDS = {'limit', 'used', 'fence', 'acquired', 'peak', 'sampled_at', 'hold_avg', 'ticket', 'audited_at',
+                     'expires_at'}
 local RELEASE_FIELDS = {'used', 'fence', 'hold_avg', 'released'}
 
 -- limit, waiter_ttl_ms, every_ms, idle_ms, fair, whole (and the state fields each fast path reads) of a

@@ -1,3 +1,85 @@
+-- An acquire of one permit with a line in the way, in its common cases: nobody in line missed a heartbeat
+-- (common.lua's read_line would judge them), no lease ended, the state whole, no history sample or recount
+-- due, no note on the caller's wake list, and the caller holding nothing. Then, as acquire.lua would:
+-- - the semaphore full, a newcomer joins the line (its ticket, request and heartbeat) and a waiter
+--   already in it stays (its heartbeat), both answered "queued" with their place;
+-- - not fair, a newcomer takes the last free permit (whoever asks while a permit is free gets it), when
+--   its lease outlasts a waiter TTL (else acquire.lua alerts the head of the line).
+-- Anything else (a free permit in a fair line, which serve_line hands to its head; a waiter whose turn
+-- came; more than one permit free; a lapsed waiter coming back; a "try") returns nil, nothing written.
+-- Writes, in common.lua's abort-safe order: additions (the holder and its record, or the line's entries),
+-- then the state hash; nothing is removed.
+local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, nonce, now, now_text, meta)
+  local holders, info, state, queue, alive, qweight = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  if redis.call('EXISTS', keys[8]) > 0 or redis.call('ZSCORE', holders, token)
+      or #redis.call('ZRANGEBYSCORE', alive, '-inf', now, 'LIMIT', 0, 1) > 0 then
+    return nil
+  end
+  local st = redis.call('HMGET', state, unpack(LINE_FIELDS))
+  local limit, used, fence = tonumber(st[1]) or cfg.limit, tonumber(st[2]), tonumber(st[3])
+  local earliest = tonumber(redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')[2])
+  if not fence or not used or used < 0 or used % 1 ~= 0 or (earliest and earliest <= now) or (not earliest and used > 0)
+      or limit < 1 or (cfg.every > 0 and now - (tonumber(st[6]) or 0) >= cfg.every) then
+    return nil  -- (nobody holds a permit, yet `used` says otherwise: acquire.lua recounts and reports)
+  end
+  local waiting = redis.call('ZCARD', queue)
+  local rank = redis.call('ZRANK', queue, token)
+  if used + 1 <= limit then
+    if cfg.fair or rank or used + 1 < limit then
+      return nil
+    end
+    local deadline = now + lease
+    local hold_text = '0'
+    if hold > 0 then
+      deadline = math.min(deadline, now + hold)
+      hold_text = string.format('%d', now + hold)
+    end
+    if deadline - now < cfg.waiter_ttl or (tonumber(st[10]) or 0) < deadline + cfg.idle then
+      return nil
+    end
+    local fence_text = string.format('%d', fence + 1)
+    redis.call('ZADD', holders, string.format('%d', deadline), token)
+    redis.call('HSET', info, token, '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. meta)
+    fast_set_state(state, cfg, st, used + 1, 'fence', fence_text, 'acquired',
+                   string.format('%d', (tonumber(st[4]) or 0) + 1), 'seen_at', now_text)
+    if not earliest and not cfg.whole then
+      -- The holders' keys were created by this call: they take the partition's recorded expiry.
+      redis.call('PEXPIREAT', holders, st[10])
+      redis.call('PEXPIREAT', info, st[10])
+    end
+    return {1, fence + 1, deadline, used + 1, limit, waiting, now, 0}
+  end
+  if mode ~= 'wait' or now - (tonumber(st[9]) or 0) >= 1000 or (tonumber(st[10]) or 0) < now + cfg.waiter_ttl * 3 + cfg.idle then
+    return nil  -- a refusal; a recount due (acquire.lua's audit); or the keys must outlive the place in line
+  end
+  local request = redis.call('HGET', qweight, token)
+  local position
+  if rank then
+    if string.sub(request or '', 1, 2) ~= '1|' then
+      return nil  -- in line with another weight, or its request gone
+    end
+    position = rank + 1
+    redis.call('ZADD', alive, string.format('%d', now + cfg.waiter_ttl), token)
+    fast_set_state(state, cfg, st, used, 'seen_at', now_text)
+  else
+    if request then
+      return nil  -- a lapsed waiter coming back for its ticket
+    end
+    local ticket = string.format('%d', (tonumber(st[8]) or 0) + 1)
+    waiting = waiting + 1
+    position = waiting
+    redis.call('ZADD', queue, ticket, token)
+    redis.call('HSET', qweight, token, '1|' .. string.format('%d', lease) .. '|' .. claim .. '|' .. string.format('%d', hold)
+               .. '|' .. ticket .. '|' .. nonce .. '|' .. meta)
+    redis.call('ZADD', alive, string.format('%d', now + cfg.waiter_ttl), token)
+    fast_set_state(state, cfg, st, used, 'ticket', ticket, 'seen_at', now_text)
+  end
+  -- When a permit is likely to come free: common.lua's expected_free_ms (full, so someone holds one).
+  local nearest = math.max(earliest - now, 0)
+  return {3, 0, 0, used, limit, waiting, now, position, nearest, math.min(nearest, tonumber(st[7]) or cfg.waiter_ttl),
+          '', 0}
+end
+
 -- The acquire's fast path: the common case in a few direct commands, without the prelude.
 --
 -- The common case: one permit (weight 1) of a fixed-limit semaphore (no adaptive rule) for a token that
@@ -36,9 +118,12 @@ local function fast_acquire(keys, args)
     return nil
   end
   local now, now_text = fast_now()
-  if (not_after > 0 and now > not_after) or (grant_before > 0 and now > grant_before)
-      or redis.call('EXISTS', keys[4], keys[8]) > 0 then
-    return nil  -- too late, someone in line, or a note (a tombstone?) on the caller's wake list
+  if (not_after > 0 and now > not_after) or (grant_before > 0 and now > grant_before) then
+    return nil  -- too late: acquire.lua refuses it
+  end
+  if redis.call('EXISTS', keys[4], keys[8]) > 0 then
+    -- Someone in line, or a note (a tombstone?) on the caller's wake list.
+    return fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, nonce, now, now_text, args[3] or '')
   end
   local holders, info, state = keys[1], keys[2], keys[3]
   local st = redis.call('HMGET', state, unpack(cfg.acquire_fields))
