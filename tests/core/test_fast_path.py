@@ -514,6 +514,29 @@ def test_a_lapsed_waiter_coming_back_takes_the_full_operation(engines, way) -> N
     both(engines, scenario, way)
 
 
+@pytest.mark.parametrize("fair", ["1", "0"], ids=["fair", "not-fair"])
+def test_a_paused_semaphore_whose_used_reads_too_low_hands_nothing_on(engines, way, fair) -> None:
+    def scenario(run: Run) -> None:
+        run.config = WHOLE.replace(" 1 1", f" {fair} 1")
+        line_behind_one_holder(run)
+        run.set_limit("set", 0)
+        run.admin.hset(run.keys.state, "used", "0")  # below what the holders hold (edited by hand)
+        assert run.release("a", "full") == 1  # frees nothing: paused
+
+    both(engines, scenario, way)
+
+
+def test_a_releaser_found_at_the_head_of_the_line_keeps_the_grant_the_full_operation_makes(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        line_behind_one_holder(run)
+        run.admin.zadd(run.keys.queue, {"a": 0})  # in line and holding (edited by hand, or a script cut short)
+        run.admin.zadd(run.keys.alive, {"a": run.now_ms() + 60000})
+        run.admin.hset(run.keys.qweight, "a", f"1|60000|4000|0|0|{NONCE}|m")
+        assert run.release("a", "full") == 1
+
+    both(engines, scenario, way)
+
+
 def test_a_waiter_that_missed_its_heartbeat_is_judged_by_the_full_operation(engines, way) -> None:
     def scenario(run: Run) -> None:
         run.config = f"3 300 0 10 {IDLE_MS} 1 0"  # a waiter TTL of 0.3 s

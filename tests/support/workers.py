@@ -47,7 +47,7 @@ class Referee:
             self.client.decrby(self.inside, weight)
 
 
-def hammer(prefix: str, limit: int, duration: float, skew: float, seed: int) -> None:
+def hammer(prefix: str, limit: int, duration: float, skew: float, seed: int, fair: bool = True) -> None:
     """Acquire, count ourselves inside, hold briefly, leave; as fast as possible."""
     setup(prefix, skew)
     import redis
@@ -57,7 +57,7 @@ def hammer(prefix: str, limit: int, duration: float, skew: float, seed: int) -> 
     from django_semaphore.core.conf import SemaphoreConfig
 
     rng = random.Random(seed)
-    sem = Semaphore(SemaphoreConfig.from_options("contended", {"limit": limit, "lease": 10}))
+    sem = Semaphore(SemaphoreConfig.from_options("contended", {"limit": limit, "lease": 10, "fair": fair}))
     referee = Referee(redis.Redis.from_url(settings.CACHES["default"]["LOCATION"]), prefix, limit)
     end = time.monotonic() + duration
     while time.monotonic() < end:

@@ -68,6 +68,18 @@ def test_never_over_the_limit_under_contention(
     assert status.used == 0 and status.holder_count == 0 and status.waiting == 0
 
 
+def test_never_over_the_limit_when_not_fair(key_prefix: str, redis_client: redis.Redis, app_way: modes.Way) -> None:
+    """Not fair, a release wakes the head of the line and a newcomer may take the permit first: still never over."""
+    processes = [spawn.Process(target=workers.hammer, args=(key_prefix, 1, 3.0, 0.0, seed, False)) for seed in range(8)]
+    _run(processes)
+    entries, over = _counts(redis_client, key_prefix)
+    assert all(p.exitcode == 0 for p in processes)
+    assert entries > 100, "the processes barely ran"
+    assert over == 0
+    status = Semaphore(SemaphoreConfig.from_options("contended", {"limit": 1, "fair": False})).status()
+    assert status.used == 0 and status.holder_count == 0 and status.waiting == 0
+
+
 def test_killed_holder_permit_is_reclaimed_after_its_lease(
     key_prefix: str, redis_client: redis.Redis, app_way: modes.Way
 ) -> None:

@@ -115,8 +115,11 @@ local function fast_release(keys, args)
   local hold_avg = tonumber(st[3]) or held_for
   hold_avg = string.format('%d', math.floor(hold_avg + (held_for - hold_avg) / 8))
   local released = string.format('%d', (tonumber(st[4]) or 0) + 1)
-  if head then
-    return fast_hand_on(keys, cfg, token, st, used - tonumber(weight), hold_avg, released, now, now_text, head)
+  if head == token then
+    return nil  -- the releaser is in line too (edited by hand, or a script cut short): serve_line keeps its grant
+  elseif head then
+    return fast_hand_on(keys, cfg, token, st, math.max(used - tonumber(weight), 0), hold_avg, released, now, now_text,
+                        head)
   end
   if (tonumber(st[#fields]) or 0) < now + cfg.idle then
     return nil  -- the keys must outlive the release by the idle period: release.lua records a later expiry
