@@ -423,8 +423,11 @@ def test_not_fair_a_release_wakes_the_head_of_the_line(engines, way) -> None:
         assert run.release("a", "fast") == 1  # "w" woken to race for the permit
         assert run.acquire("n", "fast")[0] == 1  # a newcomer may take it first (the line is not empty)
         assert run.release("n", "fast") == 1  # "w" has a note waiting: no second one
-        assert run.acquire("w", "full", mode="wait")[0] == 1
+        assert run.acquire("w", "full", mode="wait")[0] == 1  # a note on its wake list: the full operation
         assert run.release("w", "fast") == 1  # wakes "x"
+        run.admin.delete(run.keys.wake("x"))  # its wait took the note
+        assert run.acquire("x", "fast", mode="wait")[0] == 1  # takes it from the line, which it leaves
+        assert run.release("x", "fast") == 1
 
     both(engines, scenario, way)
 
@@ -499,6 +502,21 @@ def test_not_fair_a_newcomer_behind_a_line_falls_through_unless_it_takes_the_las
         assert run.release("c", "fast") == 1  # "w" was woken already
         assert run.acquire("w", "full", mode="wait")[0] == 1  # its turn, from the line
         assert run.acquire("d", "fast", mode="wait")[0] == 3
+
+    both(engines, scenario, way)
+
+
+def test_not_fair_a_waiter_asking_with_another_weight_falls_through(engines, way) -> None:
+    def scenario(run: Run) -> None:
+        run.config = WHOLE.replace(" 1 1", " 0 1")
+        seeded(run)
+        run.set_limit("set", 2)
+        assert run.acquire("a", "fast")[0] == 1
+        assert run.acquire("b", "fast")[0] == 1
+        assert run.acquire("q", "full", mode="wait", weight=2)[0] == 3
+        assert run.release("a", "fast") == 1  # wakes "q" (not fair: whatever it asks)
+        run.admin.delete(run.keys.wake("q"))
+        assert run.acquire("q", "full", mode="wait")[0] == -3  # in line for two
 
     both(engines, scenario, way)
 

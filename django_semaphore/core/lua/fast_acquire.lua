@@ -3,12 +3,13 @@
 -- due, no note on the caller's wake list, and the caller holding nothing. Then, as acquire.lua would:
 -- - the semaphore full, a newcomer joins the line (its ticket, request and heartbeat) and a waiter
 --   already in it stays (its heartbeat), both answered "queued" with their place;
--- - not fair, a newcomer takes the last free permit (whoever asks while a permit is free gets it), when
---   its lease outlasts a waiter TTL (else acquire.lua alerts the head of the line).
--- Anything else (a free permit in a fair line, which serve_line hands to its head; a waiter whose turn
--- came; more than one permit free; a lapsed waiter coming back; a "try") returns nil, nothing written.
+-- - not fair, the caller takes the last free permit (whoever asks while a permit is free gets it: a
+--   newcomer, or a waiter, which leaves the line), when its lease outlasts a waiter TTL (else acquire.lua
+--   alerts the head of the line).
+-- Anything else (a free permit in a fair line, which serve_line hands to its head; more than one permit
+-- free; a lapsed waiter coming back; a refusal) returns nil, nothing written.
 -- Writes, in common.lua's abort-safe order: additions (the holder and its record, or the line's entries),
--- then the state hash; nothing is removed.
+-- the state hash, a new holders' keys' expiry, then a waiter's removal from the line.
 local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, nonce, now, now_text, meta)
   local holders, info, state, queue, alive, qweight = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
   if redis.call('EXISTS', keys[8]) > 0 or redis.call('ZSCORE', holders, token)
@@ -25,8 +26,11 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
   local waiting = redis.call('ZCARD', queue)
   local rank = redis.call('ZRANK', queue, token)
   if used + 1 <= limit then
-    if cfg.fair or rank or used + 1 < limit then
+    if cfg.fair or used + 1 < limit then
       return nil
+    end
+    if rank and string.sub(redis.call('HGET', qweight, token) or '1|', 1, 2) ~= '1|' then
+      return nil  -- in line with another weight: acquire.lua refuses it
     end
     local deadline = now + lease
     local hold_text = '0'
@@ -46,6 +50,13 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
       -- The holders' keys were created by this call: they take the partition's recorded expiry.
       redis.call('PEXPIREAT', holders, st[10])
       redis.call('PEXPIREAT', info, st[10])
+    end
+    if rank then
+      -- A waiter takes it from the line, which it leaves (removals last: nothing touches these keys after).
+      redis.call('ZREM', queue, token)
+      redis.call('ZREM', alive, token)
+      redis.call('HDEL', qweight, token)
+      waiting = waiting - 1
     end
     return {1, fence + 1, deadline, used + 1, limit, waiting, now, 0}
   end
