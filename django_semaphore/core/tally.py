@@ -63,6 +63,9 @@ REASONS = (RELEASED, EXPIRED, REVOKED, MAX_HOLD)
 DRY_RUN = "dry_run"
 # True while the request path runs a dry-run rule's acquire (web/admission.py): its refusal is one.
 in_dry_run: ContextVar[bool] = ContextVar("django_semaphore_dry_run", default=False)
+# True while the deploy check probes the engine (ops/redis_check.py): its throw-away semaphore is not the
+# site's, so its calls reach neither the metrics' counts (a hash per name that never expires) nor listeners.
+uncounted: ContextVar[bool] = ContextVar("django_semaphore_uncounted", default=False)
 
 # The recent activity the dashboard reads: counts per SLOT_MS slot of the server's clock, kept for an
 # hour (its charts' span), and duration buckets kept for the last minute and a slot (its percentiles).
@@ -134,6 +137,8 @@ class Tally:
 
     def attempt(self, name: str, result: str, seconds: float, detail: str = "") -> None:
         """One acquire ended with ``result`` after ``seconds``."""
+        if uncounted.get():
+            return
         for listener in self.listeners:
             listener.attempt(name, result, seconds, detail)
         if not self.counting:
@@ -151,6 +156,8 @@ class Tally:
 
     def permit(self, name: str, reason: str, seconds: float, weight: int) -> None:
         """One permit of ``weight`` ended for ``reason`` after being held ``seconds``."""
+        if uncounted.get():
+            return
         for listener in self.listeners:
             listener.permit(name, reason, seconds, weight)
         if not self.counting:

@@ -12,7 +12,8 @@ acquire. So it acquires a permit of a throw-away partition (loading the
 Lua, as Functions or as scripts, whichever the server takes), waits in line
 for it (BLPOP), reads its status and the registry of partitions, and
 releases. Its keys, under ``<SEMAPHORE_KEY_PREFIX>{deploy-check:...}``,
-expire within seconds.
+expire within seconds; its calls are not counted in the metrics (whose
+hash per name would outlive them), nor seen by their listeners.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..core.checks import APP, check_connection, check_engine_settings
 from ..core.conf import SemaphoreConfig, app_setting
 from ..core.errors import BackendUnavailable, is_refusal, reason
 from ..core.semaphore import Semaphore
+from ..core.tally import uncounted
 
 REDIS_TAG = "django_semaphore_redis"
 PROBE_NAME = "deploy-check"
@@ -50,6 +52,7 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     if not settings_sound():
         return []  # a wrong connection or prefix setting is reported by its own check
     step = "connect"
+    probing = uncounted.set(True)
     try:
         for name, run in _steps():
             step = name
@@ -67,6 +70,8 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[CheckM
         ]
     except (TypeError, ValueError) as exc:  # redis-py refusing the connection's options
         return [_e015(f"SEMAPHORE_CONNECTION {_where()} cannot make a Redis connection: {exc}", _options_hint())]
+    finally:
+        uncounted.reset(probing)
     return []
 
 

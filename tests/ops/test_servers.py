@@ -21,6 +21,7 @@ from django.test import AsyncClient
 
 from django_semaphore import get_semaphore
 from django_semaphore.core.connection import get_async_client
+from django_semaphore.core.tally import tally
 from django_semaphore.ops import redis_check
 from django_semaphore.testing import RedisServer, find_binary
 
@@ -144,6 +145,33 @@ def test_e015_names_a_wait_the_acl_denies(own_server: RedisServer, settings) -> 
     settings.SEMAPHORE_CONNECTION = f"{modes.user_url(own_server, 'no-wait')}?{OWN_SERVER_TIMEOUTS}"
     [message] = redis_check.check_redis_reachable()
     assert "wait" in message.msg and "NOPERM" in message.msg
+
+
+def test_the_deploy_checks_probe_is_not_counted_in_the_metrics(settings) -> None:
+    """Its semaphore is not the site's: no counts (their hash per name never expires), nothing for listeners."""
+    heard: list[tuple[object, ...]] = []
+
+    class Listener:
+        def attempt(self, *args: object) -> None:
+            heard.append(args)
+
+        def permit(self, *args: object) -> None:
+            heard.append(args)
+
+    settings.SEMAPHORE_METRICS_FLUSH_INTERVAL = 60.0
+    tally.flush()
+    tally.listeners.append(Listener())
+    try:
+        assert redis_check.check_redis_reachable() == []
+    finally:
+        tally.listeners.pop()
+    assert tally.pending() == {"attempts": {}, "holds": {}}
+    assert heard == []
+    permit = get_semaphore("reports").acquire(wait=0)  # the site's own calls still are
+    assert permit is not None
+    permit.release()
+    assert any(key[0] == "reports" for key in tally.pending()["attempts"])
+    tally.flush()
 
 
 def test_e015_passes_on_a_server_without_functions_and_leaves_nothing_for_long(settings, key_prefix: str) -> None:
