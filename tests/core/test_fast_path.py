@@ -42,6 +42,7 @@ IDLE_MS = 8000
 # limit waiter_ttl every keep idle fair whole (common.lua's header)
 WHOLE = f"3 2000 60000 10 {IDLE_MS} 1 1"
 PARTITION = f"3 2000 0 10 {IDLE_MS} 1 0"
+NOT_FAIR = f"3 2000 60000 10 {IDLE_MS} 0 1"
 ADAPTIVE = WHOLE + " 1 5 3 0 60000 0.5 1.5"
 META = b'{"host": "h", "pid": 1}'
 NONCE = "0123456789abcdef"
@@ -418,7 +419,7 @@ def test_a_release_hands_its_permit_to_the_head_of_the_line(engines, way, config
 
 def test_not_fair_a_release_wakes_the_head_of_the_line(engines, way) -> None:
     def scenario(run: Run) -> None:
-        run.config = WHOLE.replace(" 1 1", " 0 1")
+        run.config = NOT_FAIR
         line_behind_one_holder(run)
         assert run.release("a", "fast") == 1  # "w" woken to race for the permit
         assert run.acquire("n", "fast")[0] == 1  # a newcomer may take it first (the line is not empty)
@@ -494,7 +495,7 @@ def test_an_acquire_behind_a_line_the_fast_path_does_not_serve_falls_through(eng
 
 def test_not_fair_a_newcomer_behind_a_line_falls_through_unless_it_takes_the_last_permit(engines, way) -> None:
     def scenario(run: Run) -> None:
-        run.config = WHOLE.replace(" 1 1", " 0 1")
+        run.config = NOT_FAIR
         line_behind_one_holder(run)
         run.set_limit("set", 3)  # two free: the full operation wakes the line
         assert run.acquire("b", "full")[0] == 1
@@ -508,7 +509,7 @@ def test_not_fair_a_newcomer_behind_a_line_falls_through_unless_it_takes_the_las
 
 def test_not_fair_a_waiter_asking_with_another_weight_falls_through(engines, way) -> None:
     def scenario(run: Run) -> None:
-        run.config = WHOLE.replace(" 1 1", " 0 1")
+        run.config = NOT_FAIR
         seeded(run)
         run.set_limit("set", 2)
         assert run.acquire("a", "fast")[0] == 1
@@ -532,10 +533,10 @@ def test_a_lapsed_waiter_coming_back_takes_the_full_operation(engines, way) -> N
     both(engines, scenario, way)
 
 
-@pytest.mark.parametrize("fair", ["1", "0"], ids=["fair", "not-fair"])
-def test_a_paused_semaphore_whose_used_reads_too_low_hands_nothing_on(engines, way, fair) -> None:
+@pytest.mark.parametrize("config", [WHOLE, NOT_FAIR], ids=["fair", "not-fair"])
+def test_a_paused_semaphore_whose_used_reads_too_low_hands_nothing_on(engines, way, config) -> None:
     def scenario(run: Run) -> None:
-        run.config = WHOLE.replace(" 1 1", f" {fair} 1")
+        run.config = config
         line_behind_one_holder(run)
         run.set_limit("set", 0)
         run.admin.hset(run.keys.state, "used", "0")  # below what the holders hold (edited by hand)

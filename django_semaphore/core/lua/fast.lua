@@ -33,6 +33,15 @@ local function fast_now()
   return tonumber(text), text
 end
 
+-- A grant's lease deadline (ms), capped at its max hold (`hold` ms, 0: none), and the end of that max
+-- hold as its holder record writes it ('0': none), as common.lua's grant and info_text make them.
+local function fast_deadline(now, lease, hold)
+  if hold > 0 then
+    return math.min(now + lease, now + hold), string.format('%d', now + hold)
+  end
+  return now + lease, '0'
+end
+
 -- State fields the fast paths read, by the configuration's kind: a history wants `peak` and
 -- `sampled_at` (at 5 and 6), and every semaphore its recorded expiry `expires_at` (last): the full
 -- operations refresh it (a whole semaphore's too, for its waiting line's keys) when it falls short.

@@ -32,12 +32,7 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
     if rank and string.sub(redis.call('HGET', qweight, token) or '1|', 1, 2) ~= '1|' then
       return nil  -- in line with another weight: acquire.lua refuses it
     end
-    local deadline = now + lease
-    local hold_text = '0'
-    if hold > 0 then
-      deadline = math.min(deadline, now + hold)
-      hold_text = string.format('%d', now + hold)
-    end
+    local deadline, hold_text = fast_deadline(now, lease, hold)
     if deadline - now < cfg.waiter_ttl or (tonumber(st[10]) or 0) < deadline + cfg.idle then
       return nil
     end
@@ -163,14 +158,7 @@ local function fast_acquire(keys, args)
   if cfg.every > 0 and now - (tonumber(st[6]) or 0) >= cfg.every then
     return nil  -- a history sample is due
   end
-  local deadline = now + lease
-  local hold_text = '0'
-  if hold > 0 then
-    if deadline > now + hold then
-      deadline = now + hold
-    end
-    hold_text = string.format('%d', now + hold)
-  end
+  local deadline, hold_text = fast_deadline(now, lease, hold)
   local recorded = tonumber(st[#cfg.acquire_fields])  -- `expires_at`
   if not recorded or recorded < deadline + cfg.idle then
     return nil  -- the keys must outlive the lease: acquire.lua records a later expiry and refreshes them

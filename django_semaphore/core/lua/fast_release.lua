@@ -55,12 +55,8 @@ local function fast_hand_on(keys, cfg, token, st, left, hold_avg, released, now,
     return nil
   end
   claim, hold = tonumber(claim), tonumber(hold)
-  local deadline = now + math.min(tonumber(lease), math.max(math.floor(claim / 2), 1))
-  local hold_text = '0'
-  if hold > 0 then
-    deadline = math.min(deadline, now + hold)
-    hold_text = string.format('%d', now + hold)
-  end
+  -- On a claim of the waiter's own TTL (common.lua's waiter_ttl: half its claim).
+  local deadline, hold_text = fast_deadline(now, math.min(tonumber(lease), math.max(math.floor(claim / 2), 1)), hold)
   if deadline - now < cfg.waiter_ttl or (tonumber(st[#cfg.release_fields]) or 0) < deadline + cfg.idle then
     return nil  -- serve_line alerts the next head; or the keys must outlive the grant: release.lua sees to both
   end
