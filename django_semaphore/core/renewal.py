@@ -107,6 +107,9 @@ class Background:
         # renewed, so the server reclaims it when its lease ends.
         self._due: weakref.WeakKeyDictionary[Renewable, float] = weakref.WeakKeyDictionary()
         self._pending: deque[Settlement] = deque()
+        # The clean-up taken off ``_pending`` and not over yet: still pending to whoever waits for its effect.
+        # drop_pending forgets it too, so an outage does not put it back.
+        self._settling: Settlement | None = None
         self._wakeup = threading.Condition()
         self._thread: threading.Thread | None = None
         # When the thread will next look on its own (within LOOK_EVERY); waking
@@ -217,9 +220,9 @@ class Background:
         self.run_at(name, time.monotonic() + LOOK_EVERY, job)
 
     def pending(self) -> int:
-        """Clean-ups still waiting for Redis (for tests and metrics)."""
+        """Clean-ups not over yet, the one being run included (for tests and metrics): at 0, each has had its effect."""
         with self._wakeup:
-            return len(self._pending)
+            return len(self._pending) + (self._settling is not None)
 
     def drop_pending(self) -> None:
         """Forget every clean-up still waiting (for tests: one left for a server a test stopped is not the next's).
@@ -230,6 +233,7 @@ class Background:
         """
         with self._wakeup:
             self._pending.clear()
+            self._settling = None
 
     # -- the thread -------------------------------------------------------
 
@@ -296,22 +300,34 @@ class Background:
             with self._wakeup:
                 if not self._pending or self._pending[0].next_try > now:
                     return
-                job = self._pending.popleft()
-            if now > job.give_up_at:
-                continue
+                job = self._settling = self._pending.popleft()
             try:
-                reply = scripts.run(get_client() if job.client is None else job.client, job.call)
-                if job.on_reply is not None:
-                    job.on_reply(reply)
-            except Exception as exc:
-                if not is_outage(exc):  # a bug must not kill the thread that guards every permit
-                    logger.exception("Settling %s failed", job.call)
-                    continue
+                if not self._settle_one(job, now):
+                    return
+            finally:
                 with self._wakeup:
+                    if self._settling is job:
+                        self._settling = None
+
+    def _settle_one(self, job: Settlement, now: float) -> bool:
+        """Run one clean-up; False on an outage, with it put back first and every one postponed."""
+        if now > job.give_up_at:
+            return True
+        try:
+            reply = scripts.run(get_client() if job.client is None else job.client, job.call)
+            if job.on_reply is not None:
+                job.on_reply(reply)
+        except Exception as exc:
+            if not is_outage(exc):  # a bug must not kill the thread that guards every permit
+                logger.exception("Settling %s failed", job.call)
+                return True
+            with self._wakeup:
+                if self._settling is job:  # not dropped meanwhile
                     self._pending.appendleft(job)
-                    for waiting in self._pending:
-                        waiting.next_try = now + RETRY_AFTER_ERROR
-                return
+                for waiting in self._pending:
+                    waiting.next_try = now + RETRY_AFTER_ERROR
+            return False
+        return True
 
 
 def _current_client() -> SyncClient | None:

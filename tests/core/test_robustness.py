@@ -22,6 +22,8 @@ from django_semaphore.core.renewal import renewer
 from django_semaphore.signals import semaphore_acquired
 from django_semaphore.testing import find_binary
 
+from ..support.polling import wait_until
+
 
 def make(limit: int = 2, **options: object) -> Semaphore:
     return Semaphore(SemaphoreConfig.from_options("robust", {"limit": limit, **options}))
@@ -229,3 +231,24 @@ def test_a_permit_renewed_later_than_the_threads_next_look_does_not_wake_it(monk
         assert short.is_held()  # the server still has it past its first lease: it was renewed
     finally:
         short.release()
+
+
+def test_a_clean_up_being_run_still_counts_as_pending_until_redis_has_answered() -> None:
+    """``pending()`` reaching 0 means every clean-up has had its effect: a caller waits on it, then reads Redis."""
+    sem = Semaphore(SemaphoreConfig.from_options("settling", {"limit": 2, "lease": 30}))
+    permit = sem.acquire(auto_renew=False)
+    assert permit is not None
+    running, go_on = threading.Event(), threading.Event()
+
+    def on_reply(reply: object) -> None:
+        running.set()
+        go_on.wait(5)
+
+    renewer.reconcile(sem.calls.release(permit.token), within=5, on_reply=on_reply, soon=True)
+    try:
+        assert running.wait(5)
+        assert renewer.pending() == 1  # Redis has run it; the clean-up itself is not over
+    finally:
+        go_on.set()
+    wait_until(lambda: renewer.pending() == 0, timeout=5)
+    assert sem.status().used == 0
