@@ -88,9 +88,8 @@ local function fast_release(keys, args)
   end
   local holders, info, state = keys[1], keys[2], keys[3]
   local now, now_text = fast_now()
-  local earliest = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')[2]
-  if not earliest or tonumber(earliest) <= now then
-    return nil  -- nothing held, or a lease to reclaim (this one, perhaps)
+  if redis.call('ZCOUNT', holders, '-inf', now_text) > 0 then
+    return nil  -- a lease to reclaim (this one, perhaps)
   end
   local head = redis.call('ZRANGE', keys[4], 0, 0)[1]
   local weight, acquired, held_fence, held_nonce =
