@@ -310,7 +310,8 @@ class Background:
                         self._settling = None
 
     def _settle_one(self, job: Settlement, now: float) -> bool:
-        """Run one clean-up; False on an outage, with it put back first and every one postponed."""
+        """Run one clean-up; False on an outage, with it put back first and every one postponed (unless it was
+        dropped meanwhile: then the queue holds only later ones, which the outage says nothing of)."""
         if now > job.give_up_at:
             return True
         try:
@@ -322,8 +323,10 @@ class Background:
                 logger.exception("Settling %s failed", job.call)
                 return True
             with self._wakeup:
-                if self._settling is job:  # not dropped meanwhile
-                    self._pending.appendleft(job)
+                if self._settling is not job:  # dropped meanwhile: neither put back nor a reason to wait
+                    return True
+                self._pending.appendleft(job)
+                self._settling = None  # back in the queue: counted once
                 for waiting in self._pending:
                     waiting.next_try = now + RETRY_AFTER_ERROR
             return False

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from django_semaphore import Semaphore
 from django_semaphore.core import renewal
@@ -260,3 +261,34 @@ def test_a_clean_up_being_run_still_counts_as_pending_until_redis_has_answered()
         go_on.set()
     wait_until(lambda: renewer.pending() == 0, timeout=5)
     assert sem.status().used == 0
+
+
+def test_a_clean_up_dropped_while_it_runs_is_not_put_back_by_an_outage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``drop_pending`` forgets the clean-up being run too: its outage neither requeues it nor holds up later ones."""
+    sem = Semaphore(SemaphoreConfig.from_options("dropped", {"limit": 2, "lease": 30}))
+    first, second = sem.acquire(auto_renew=False), sem.acquire(auto_renew=False)
+    assert first is not None and second is not None
+    doomed = sem.calls.release(first.token)
+    running, fail = threading.Event(), threading.Event()
+    run = renewal.scripts.run
+
+    def failing_once(client: object, call: object) -> object:
+        if call is doomed:
+            running.set()
+            fail.wait(5)
+            raise redis.ConnectionError("the server went away")
+        return run(client, call)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(renewal.scripts, "run", failing_once)
+    monkeypatch.setattr(renewal, "RETRY_AFTER_ERROR", 60.0)  # an outage's pause: longer than the test waits
+    renewer.reconcile(doomed, within=30, soon=True)
+    assert running.wait(5)
+    renewer.drop_pending()
+    assert renewer.pending() == 0
+    settled = threading.Event()
+    renewer.reconcile(sem.calls.release(second.token), within=30, on_reply=lambda reply: settled.set(), soon=True)
+    fail.set()
+    assert settled.wait(5)
+    wait_until(lambda: renewer.pending() == 0, timeout=5)
+    assert sem.status().used == 1  # the second given back; the first, dropped, still held (its lease ends it)
+    first.release()
