@@ -2,8 +2,8 @@
 
 - ``urls.py`` / ``views.py``: the Prometheus endpoint
   (``path("metrics/", include("django_semaphore.metrics.urls"))``), the text
-  exposition format 0.0.4, for staff users or a bearer token
-  (``SEMAPHORE_METRICS_TOKEN``);
+  exposition format 0.0.4, for staff who may view the dashboard or a bearer
+  token (``SEMAPHORE_METRICS_TOKEN``);
 - ``otel.py``: the OpenTelemetry instruments, recording whenever the API is
   importable (the ``otel`` extra) and the site set a MeterProvider;
 - ``reading.py``: what both read from Redis at scrape or collection time,

@@ -7,12 +7,15 @@ from typing import Any
 
 import pytest
 import redis
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_semaphore import get_semaphore
 from django_semaphore.core.tally import tally
+
+from ..support.dashboard import staff
+from ..support.dashboard import url as dashboard_url
 
 TOKEN = "a-scraper-token-of-32-characters!"
 URL = "/metrics/"
@@ -46,6 +49,28 @@ def samples(text: str, sample: str) -> dict[tuple[tuple[str, str], ...], float]:
 
 
 @pytest.mark.django_db
+def test_a_signed_in_user_reads_it_exactly_when_the_dashboard_lets_them_look() -> None:
+    """The metrics show what the dashboard shows (keys included), so the same rule opens them: active
+    staff with "Can view the semaphore dashboard" (a superuser has it), and nobody else signed in."""
+    bare_staff = staff("bare-staff")
+    releaser = staff("releaser", "release_semaphore_permit")
+    viewer = staff("viewer", "view_semaphore_dashboard")
+    superuser = User.objects.create_superuser("root", password="pw")
+    not_staff = User.objects.create_user("not-staff", password="pw")
+    not_staff.user_permissions.add(*Permission.objects.filter(codename="view_semaphore_dashboard"))
+    inactive = staff("inactive", "view_semaphore_dashboard")
+    inactive.is_active = False
+    inactive.save()
+    expected = {bare_staff: 403, releaser: 403, viewer: 200, superuser: 200, not_staff: 403, inactive: 401}
+    for user, status in expected.items():
+        client = Client()
+        client.force_login(user)
+        answer = scrape(client, Accept="text/plain")
+        assert answer.status_code == status, user.username
+        assert (client.get(dashboard_url("changelist")).status_code == 200) == (status == 200), user.username
+
+
+@pytest.mark.django_db
 def test_only_staff_or_a_bearer_token_may_read_it(settings: Any) -> None:
     assert scrape().status_code == 200
     anonymous = Client().get(URL)
@@ -55,9 +80,9 @@ def test_only_staff_or_a_bearer_token_may_read_it(settings: Any) -> None:
     visitor = Client()
     visitor.force_login(User.objects.create_user("visitor", password="x"))
     assert scrape(visitor, Accept="text/plain").status_code == 403
-    staff = Client()
-    staff.force_login(User.objects.create_user("operator", password="x", is_staff=True))
-    assert scrape(staff, Accept="text/plain").status_code == 200
+    viewer = Client()
+    viewer.force_login(staff("operator", "view_semaphore_dashboard"))
+    assert scrape(viewer, Accept="text/plain").status_code == 200
     settings.SEMAPHORE_METRICS_TOKEN = None  # no token set: no token opens it, however it looks
     assert scrape(Authorization="Bearer ").status_code == 401
     assert scrape(Authorization="Bearer None").status_code == 401
