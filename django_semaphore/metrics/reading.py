@@ -26,6 +26,7 @@ from ..core.connection import get_client
 from ..core.errors import BackendUnavailable, is_outage, reason
 from ..core.redis_keys import SemaphoreKeys
 from ..core.replies import SemaphoreStatus
+from ..core.safe_text import for_terminal
 from ..core.semaphore import Semaphore, get_semaphore
 from ..core.tally import Totals, read_totals
 from .conf import metrics_setting
@@ -151,14 +152,20 @@ def _partition_counts(client: Any, sems: list[Semaphore]) -> dict[str, int]:
 
 
 def _partitions(sem: Semaphore) -> list[PartitionReading]:
-    """The most recently used partitions' states, one pipeline; keys made unique where shortening merged two."""
+    """The most recently used partitions' states, one pipeline; keys made unique where shortening merged two.
+
+    A key is a client's text (a header, a parameter): it goes out as the
+    dashboard and the commands show it (core/safe_text.py), since a scraper's
+    terminal or a Grafana legend would act on an ESC sequence or a bidi
+    override the same way.
+    """
     labels = sem.partitions(int(metrics_setting("SEMAPHORE_METRICS_MAX_PARTITIONS")))
     statuses = sem.partition_statuses(len(labels), 0, partitions=list(labels))
     seen: set[str] = set()
     parts = []
     for status in statuses:
         partition = status.partition or ""
-        key = labels.get(partition) or partition[:12]
+        key = for_terminal(labels.get(partition) or partition[:12])
         if key in seen:
             key = f"{key}#{partition[:8]}"
         seen.add(key)
