@@ -1,14 +1,17 @@
 """Keyed semaphores' partitions in the metrics (``SEMAPHORE_METRICS_PARTITIONS``), from real requests.
 
 A partition's key is whatever the client sent (a header, a query parameter),
-so this is tested here through the endpoint and the OpenTelemetry
+so two things are tested here through the endpoint and the OpenTelemetry
 instruments alike: a key full of terminal escapes reaches a label only
-escaped, as the dashboard shows it (issue 30, item 9).
+escaped, as the dashboard shows it (issue 30, item 9); and anonymous clients
+sending a fresh key with every request add no series beyond a fixed number,
+however many scrapes there are (item 10).
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,6 +23,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.parser import text_string_to_metric_families
 
+from django_semaphore import get_semaphore
 from django_semaphore.core.safe_text import for_terminal
 from django_semaphore.metrics import otel, reading
 
@@ -29,6 +33,8 @@ TOKEN = "a-scraper-token-of-32-characters!"
 # Retitle the window and ring, clear the screen, CR, NUL, the 8-bit CSI, DEL, a right-to-left override,
 # an isolate, a zero-width space, a line separator, a newline and a quote, and a backslash.
 EVIL = '\x1b]0;pwned\x07\x1b[2J\r\x00\x9b31m\x7f\u202eevil\u2066\u200b\u2028\n"\\x1b'
+PLACES = 5
+COUNTERS = ("_total", "_bucket", "_count", "_sum")
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +55,16 @@ def key_labels(text: str) -> set[str]:
         sample.labels["key"]
         for family in text_string_to_metric_families(text)
         for sample in family.samples
+        if "key" in sample.labels
+    }
+
+
+def usage_by_key(text: str) -> dict[str, float]:
+    return {
+        sample.labels["key"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "django_semaphore_permit_usage" and sample.labels.get("state") == "used"
         if "key" in sample.labels
     }
 
@@ -114,3 +130,76 @@ def test_hostile_keys_reach_the_opentelemetry_attributes_only_escaped(collector:
         keys = collected_keys(collector)
     assert_only_printable(keys)
     assert {for_terminal(f"header:x-api-key:{EVIL}h"), for_terminal(f"get:tenant:{EVIL}g")} <= keys
+
+
+# -- item 10: a fixed number of partition series, however many keys clients invent ----------------
+
+
+def counters(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.endswith(COUNTERS)
+    }
+
+
+def test_fifty_scrapes_of_fresh_anonymous_keys_see_at_most_places_plus_other(settings: Any) -> None:
+    settings.SEMAPHORE_METRICS_MAX_PARTITIONS = PLACES
+    seen: set[str] = set()
+    before: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for round_ in range(50):
+        with holding(headers=[f"anonymous-{round_}-{n}" for n in range(8)]):
+            text = scrape()
+        keys = key_labels(text)
+        seen |= keys
+        if round_ == 0:  # the first found in use take the places
+            assert len(keys) == PLACES + 1 and "other" in keys
+        else:  # later ones are in use now, and counted in "other"
+            assert usage_by_key(text)["other"] >= 1
+        now = counters(text)
+        assert all(now.get(series, 0) >= value for series, value in before.items()), "a counter went back"
+        before = now
+    assert len(seen) <= PLACES + 1, sorted(seen)
+
+
+def test_fifty_collections_of_fresh_anonymous_keys_see_at_most_places_plus_other(
+    settings: Any, collector: InMemoryMetricReader
+) -> None:
+    settings.SEMAPHORE_METRICS_MAX_PARTITIONS = PLACES
+    seen: set[str] = set()
+    for round_ in range(50):
+        with holding(tenants=[f"anonymous-{round_}-{n}" for n in range(8)]):
+            seen |= collected_keys(collector)
+    assert len(seen) <= PLACES + 1, sorted(seen)
+    assert "other" in seen
+
+
+def test_a_partition_keeps_its_series_while_in_use_and_gives_its_place_up_after_the_retire_time(
+    settings: Any,
+) -> None:
+    settings.SEMAPHORE_METRICS_MAX_PARTITIONS = 2
+    settings.SEMAPHORE_METRICS_PARTITION_RETIRE = 1
+    with holding(headers=["busy"]):
+        with holding(headers=["brief"]):
+            first = key_labels(scrape())
+        assert first == {"header:x-api-key:busy", "header:x-api-key:brief", "other"}
+        time.sleep(1.5)  # longer than the retire time: "brief" was found in use by no read since
+        with holding(headers=["newcomer", "another"]):
+            later = usage_by_key(scrape())
+    # "busy" was in use at this read, however long since the last: it keeps its place. "brief" gave its up,
+    # to one of the two found in use; the other is counted in "other".
+    newcomers = {"header:x-api-key:newcomer", "header:x-api-key:another"}
+    assert len(later) == 3 and {"header:x-api-key:busy", "other"} <= set(later)
+    assert len(set(later) & newcomers) == 1
+    assert later["header:x-api-key:busy"] == 1 and later["other"] == 1
+
+
+def test_a_key_that_reads_other_does_not_pass_for_the_rest() -> None:
+    permit = get_semaphore("guarded", key="other").acquire(wait=0)
+    assert permit is not None
+    try:
+        keys = key_labels(scrape())
+    finally:
+        permit.release()
+    assert "other" in keys and any(key.startswith("other#") for key in keys)
