@@ -73,6 +73,16 @@ class SemaphoreKeys:
         return f"{prefix}{{{name}}}:tally"
 
     @staticmethod
+    def series_of(prefix: str, name: str) -> str:
+        """The partitions the metrics name on their own (ZSET hash -> last found in use, ms; core/series.py)."""
+        return f"{prefix}{{{name}}}:series"
+
+    @staticmethod
+    def series_labels_of(prefix: str, name: str) -> str:
+        """Their keys (HASH hash -> key, shortened), beside them in the name's slot."""
+        return f"{prefix}{{{name}}}:series-labels"
+
+    @staticmethod
     def recent_of(prefix: str, name: str) -> str:
         """The same counts per 10 s slot of the last hour, beside them (core/tally.py)."""
         return f"{prefix}{{{name}}}:recent"

@@ -64,6 +64,7 @@ OPERATIONS = (
     "settle_evictions",
     "room",
     "tally",
+    "metric_series",
 )
 
 # The helpers every operation shares, in this order (adaptive.lua uses common.lua's).

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.clickjacking import xframe_options_deny
 
 from ..models import SemaphoreDashboard
+from ..permissions import VIEW
 from . import room_views, views
 
 
@@ -36,10 +37,10 @@ class SemaphoreDashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(views.VIEW)
+        return request.user.has_perm(VIEW)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(views.VIEW)
+        return request.user.has_perm(VIEW)
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         return views.dashboard(self, request)

@@ -18,8 +18,9 @@ from django.utils.translation import ngettext
 from ..core.ascii_numbers import ascii_int
 from ..core.conf import MAX_LIMIT
 from ..ops import rooms
+from ..permissions import RELEASE
 from . import views
-from .views import OUTAGES, RELEASE, BadRequest
+from .views import OUTAGES, BadRequest
 
 if TYPE_CHECKING:
     from .views import DashboardAdmin

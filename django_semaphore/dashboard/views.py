@@ -46,6 +46,7 @@ from ..ops.overview import (
     summary,
 )
 from ..ops.pausing import pause, resume
+from ..permissions import RELEASE, VIEW
 from ..web.usage import dry_run_only
 from . import clock
 from .chart import HEIGHT, WIDTH, utilisation_chart
@@ -59,8 +60,6 @@ if TYPE_CHECKING:
     # What every view is handed: dashboard/admin.py's SemaphoreDashboardAdmin (which imports this module).
     DashboardAdmin: TypeAlias = ModelAdmin[SemaphoreDashboard]
 
-VIEW = "django_semaphore.view_semaphore_dashboard"
-RELEASE = "django_semaphore.release_semaphore_permit"
 POLL_SECONDS = 3
 # What the limit form may ask for; exactly one per post.
 LIMIT_ACTIONS = ("limit", "clear", "pause", "resume")

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.checks import CheckMessage
 
 from ..core.checks import error, warning
+from ..core.conf import MAX_SECONDS
 from .conf import metrics_setting
 
 # A token shorter than this is easy to guess; 32 URL-safe characters (secrets.token_urlsafe(24)) are not.
@@ -35,5 +36,15 @@ def check_metrics_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
     if not isinstance(most, int) or isinstance(most, bool) or not 1 <= most <= 10_000:
         messages.append(
             error(21, f"SEMAPHORE_METRICS_MAX_PARTITIONS must be an integer from 1 to 10000, not {most!r}.", HINT)
+        )
+    retire = metrics_setting("SEMAPHORE_METRICS_PARTITION_RETIRE")
+    if not isinstance(retire, (int, float)) or isinstance(retire, bool) or not 1 <= retire <= MAX_SECONDS:
+        messages.append(
+            error(
+                21,
+                f"SEMAPHORE_METRICS_PARTITION_RETIRE must be a number of seconds from 1 to {MAX_SECONDS}, "
+                f"not {retire!r}.",
+                HINT,
+            )
         )
     return messages

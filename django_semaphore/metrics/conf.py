@@ -11,8 +11,10 @@ METRICS_DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_METRICS_TOKEN": None,
     # Keyed semaphores: report usage and waiters per partition (attribute/label `key`) too.
     "SEMAPHORE_METRICS_PARTITIONS": False,
-    # ... for at most this many partitions per semaphore, the most recently used.
+    # ... at most this many per semaphore under their own keys, the rest as "other" (core/series.py),
     "SEMAPHORE_METRICS_MAX_PARTITIONS": 50,
+    # ... each keeping its place until no scrape found it in use for this many seconds.
+    "SEMAPHORE_METRICS_PARTITION_RETIRE": 86_400,
 }
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..core import __version__
+from ..core.series import OTHER
 from ..core.tally import BOUNDS, DRY_RUN, RELEASED, tally
 from . import names
 from .names import FREE, USED
@@ -117,17 +118,21 @@ def _usage(readings: list[SemaphoreReading]) -> Iterator[tuple[float, Attributes
         if r.used is not None:
             yield r.used, {names.NAME: r.name, names.STATE: USED}
             yield max(r.limit - r.used, 0), {names.NAME: r.name, names.STATE: FREE}
-        for part in r.parts:
-            yield part.used, {names.NAME: r.name, names.KEY: part.key, names.STATE: USED}
-            yield max(part.limit - part.used, 0), {names.NAME: r.name, names.KEY: part.key, names.STATE: FREE}
+        if r.keyed is not None:
+            for part in r.keyed.parts:
+                yield part.used, {names.NAME: r.name, names.KEY: part.key, names.STATE: USED}
+                yield max(part.limit - part.used, 0), {names.NAME: r.name, names.KEY: part.key, names.STATE: FREE}
+            yield r.keyed.others.used, {names.NAME: r.name, names.KEY: OTHER, names.STATE: USED}
 
 
 def _waiters(readings: list[SemaphoreReading]) -> Iterator[tuple[float, Attributes]]:
     for r in readings:
         if r.waiting is not None:
             yield r.waiting, {names.NAME: r.name}
-        for part in r.parts:
-            yield part.waiting, {names.NAME: r.name, names.KEY: part.key}
+        if r.keyed is not None:
+            for part in r.keyed.parts:
+                yield part.waiting, {names.NAME: r.name, names.KEY: part.key}
+            yield r.keyed.others.waiting, {names.NAME: r.name, names.KEY: OTHER}
 
 
 _installed: Instruments | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from ..core.series import OTHER
 from ..core.tally import ACQUIRED, BOUNDS, BUCKETS, DRY_RUN, REASONS, RELEASED, RESULTS
 from . import names
 from .names import FREE, USED, prometheus_name
@@ -121,17 +122,22 @@ def _usage(readings: list[SemaphoreReading]) -> Iterator[tuple[Labels, float]]:
         if r.used is not None:
             yield _own(r, ("state", USED)), r.used
             yield _own(r, ("state", FREE)), max(r.limit - r.used, 0)
-        for part in r.parts:
-            yield _own(r, ("key", part.key), ("state", USED)), part.used
-            yield _own(r, ("key", part.key), ("state", FREE)), max(part.limit - part.used, 0)
+        if r.keyed is not None:
+            for part in r.keyed.parts:
+                yield _own(r, ("key", part.key), ("state", USED)), part.used
+                yield _own(r, ("key", part.key), ("state", FREE)), max(part.limit - part.used, 0)
+            # The partitions without a place: their permits in use; their free ones would add up to nothing useful.
+            yield _own(r, ("key", OTHER), ("state", USED)), r.keyed.others.used
 
 
 def _waiters(readings: list[SemaphoreReading]) -> Iterator[tuple[Labels, float]]:
     for r in readings:
         if r.waiting is not None:
             yield _own(r), r.waiting
-        for part in r.parts:
-            yield _own(r, ("key", part.key)), part.waiting
+        if r.keyed is not None:
+            for part in r.keyed.parts:
+                yield _own(r, ("key", part.key)), part.waiting
+            yield _own(r, ("key", OTHER)), r.keyed.others.waiting
 
 
 def _attempts(readings: list[SemaphoreReading]) -> Iterator[tuple[Labels, float]]:

@@ -5,21 +5,21 @@ of any host gives the truth, and a dashboard takes ``max`` across instances,
 never ``sum``. The cost is bounded whatever the site's size: one round trip
 for the whole semaphores' states (a pipeline of status scripts), one for
 the counts every process wrote (core/tally.py), one for the keyed
-semaphores' partition counts, and, with ``SEMAPHORE_METRICS_PARTITIONS``,
-one per keyed semaphore for at most ``SEMAPHORE_METRICS_MAX_PARTITIONS`` of
-its partitions, the most recently used.
+semaphores' partition counts (and their places, below), and, with
+``SEMAPHORE_METRICS_PARTITIONS``, a few per keyed semaphore for a bounded
+number of its partitions and one for all their places (partitions.py).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..core import scripts, vanished
+from ..core import scripts, series, vanished
 from ..core.adaptive import state_float, state_int
 from ..core.conf import declared, key_prefix
 from ..core.connection import get_client
@@ -30,20 +30,11 @@ from ..core.semaphore import Semaphore, get_semaphore
 from ..core.tally import Totals, read_totals
 from .conf import metrics_setting
 from .names import ADAPTIVE, STATIC
+from .partitions import Partitions, read_partitions
 
 # Fields of an adaptive semaphore's state hash its gauges read (core/lua/common.lua): the current
 # window's summed and counted holds (ms), and the best window's average.
 WINDOW_FIELDS = ("wsum", "wn", "best")
-
-
-@dataclass(frozen=True)
-class PartitionReading:
-    """One partition of a keyed semaphore, named by its key (shortened, as the registry keeps it)."""
-
-    key: str
-    limit: int
-    used: int
-    waiting: int
 
 
 @dataclass(frozen=True)
@@ -57,9 +48,10 @@ class SemaphoreReading:
     # A whole semaphore's use and line; None for a keyed one (its partitions have their own).
     used: int | None = None
     waiting: int | None = None
-    # A keyed semaphore's partitions in its registry, and the ones read (SEMAPHORE_METRICS_PARTITIONS).
+    # A keyed semaphore's partitions in its registry, and, with SEMAPHORE_METRICS_PARTITIONS, those with a
+    # place under their keys and the rest summed (partitions.py); None without.
     partitions: int | None = None
-    parts: list[PartitionReading] = field(default_factory=list)
+    keyed: Partitions | None = None
     # An adaptive limit's current window average and the bound it is compared with (seconds).
     hold_s: float | None = None
     target_s: float | None = None
@@ -71,17 +63,18 @@ def read() -> list[SemaphoreReading]:
     sems = [get_semaphore(name) for name in names]
     whole = [sem for sem in sems if sem.config.key is None]
     keyed = [sem for sem in sems if sem.config.key is not None]
+    per_partition = bool(metrics_setting("SEMAPHORE_METRICS_PARTITIONS"))
     try:
         client = get_client()
         statuses = _statuses(client, whole)
         windows = _windows(client, [sem for sem in whole if sem.config.adaptive is not None])
-        counts = _partition_counts(client, keyed)
+        counts, placed = _partition_counts(client, keyed, per_partition)
         totals = read_totals(client, names)
+        parts = read_partitions(client, keyed, placed) if per_partition else {}
     except RedisError as exc:
         if not is_outage(exc):
             raise
         raise BackendUnavailable(f"Redis unavailable for the metrics: {reason(exc)}") from exc
-    per_partition = bool(metrics_setting("SEMAPHORE_METRICS_PARTITIONS"))
     readings = []
     for sem in sems:
         mode = ADAPTIVE if sem.config.adaptive is not None else STATIC
@@ -99,9 +92,13 @@ def read() -> list[SemaphoreReading]:
                 target_s=target,
             )
         else:
-            parts = _partitions(sem) if per_partition else []
             reading = SemaphoreReading(
-                sem.name, mode, sem.config.limit, totals[sem.name], partitions=counts[sem.name], parts=parts
+                sem.name,
+                mode,
+                sem.config.limit,
+                totals[sem.name],
+                partitions=counts[sem.name],
+                keyed=parts.get(sem.name),
             )
         readings.append(reading)
     return readings
@@ -141,29 +138,24 @@ def _adaptive(sem: Semaphore, window: list[Any] | None) -> tuple[float | None, f
     return hold, None if best is None else best * spec.tolerance / 1000
 
 
-def _partition_counts(client: Any, sems: list[Semaphore]) -> dict[str, int]:
+def _partition_counts(
+    client: Any, sems: list[Semaphore], places: bool
+) -> tuple[dict[str, int], dict[str, dict[str, str]]]:
+    """Each keyed semaphore's number of partitions and, when ``places``, its places (core/series.py)."""
     if not sems:
-        return {}
+        return {}, {}
     pipe = client.pipeline(transaction=False)
     for sem in sems:
         pipe.zcard(SemaphoreKeys.partitions_of(key_prefix(), sem.name))
-    return {sem.name: int(count) for sem, count in zip(sems, pipe.execute(), strict=True)}
-
-
-def _partitions(sem: Semaphore) -> list[PartitionReading]:
-    """The most recently used partitions' states, one pipeline; keys made unique where shortening merged two."""
-    labels = sem.partitions(int(metrics_setting("SEMAPHORE_METRICS_MAX_PARTITIONS")))
-    statuses = sem.partition_statuses(len(labels), 0, partitions=list(labels))
-    seen: set[str] = set()
-    parts = []
-    for status in statuses:
-        partition = status.partition or ""
-        key = labels.get(partition) or partition[:12]
-        if key in seen:
-            key = f"{key}#{partition[:8]}"
-        seen.add(key)
-        parts.append(PartitionReading(key, status.limit, status.used, status.waiting))
-    return parts
+        if places:
+            series.read_placed(pipe, sem.name)
+    replies = iter(pipe.execute())
+    counts, placed = {}, {}
+    for sem in sems:
+        counts[sem.name] = int(next(replies))
+        if places:
+            placed[sem.name] = series.placed(next(replies))
+    return counts, placed
 
 
 class Cached:

@@ -1,10 +1,14 @@
-"""The Prometheus endpoint: the text exposition of one reading, for staff users or a bearer token.
+"""The Prometheus endpoint: the text exposition of one reading, for the dashboard's viewers or a bearer token.
 
 A scraper shows ``Authorization: Bearer <token>`` with a token of
-``SEMAPHORE_METRICS_TOKEN``; a person signed in to the site as active staff
-may look from a browser. Anybody else gets 401 (no credentials, or a wrong
-token) or 403 (signed in, not staff). Redis not answering is a 503, which
-Prometheus records as a failed scrape (``up`` 0), never a 500.
+``SEMAPHORE_METRICS_TOKEN``; a person signed in to the site may look from a
+browser when the dashboard would let them: active staff with its view
+permission. The exposition shows what the dashboard shows (with
+``SEMAPHORE_METRICS_PARTITIONS``, clients' keys: addresses, user ids, header
+values), so any laxer rule would be a way around the dashboard's. Anybody
+else gets 401 (no credentials, or a wrong token) or 403 (signed in, not
+allowed). Redis not answering is a 503, which Prometheus records as a failed
+scrape (``up`` 0), never a 500.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from ..core.errors import BackendUnavailable
+from ..permissions import VIEW
 from .conf import tokens
 from .prometheus import CONTENT_TYPE, render
 from .reading import read
@@ -44,11 +49,16 @@ def _refused(request: HttpRequest) -> HttpResponse | None:
             return None
     else:
         user = getattr(request, "user", None)
-        if user is not None and user.is_active and user.is_staff:
+        if user is not None and user.is_active and user.is_staff and user.has_perm(VIEW):
             return None
         if user is not None and user.is_authenticated:
-            return HttpResponse("Staff only.\n", status=403, content_type="text/plain; charset=utf-8")
-    response = HttpResponse("A staff login or a bearer token is required.\n", status=401, content_type="text/plain")
+            refusal = "Only staff who may view the semaphore dashboard.\n"
+            return HttpResponse(refusal, status=403, content_type="text/plain; charset=utf-8")
+    response = HttpResponse(
+        "A staff login that may view the semaphore dashboard, or a bearer token, is required.\n",
+        status=401,
+        content_type="text/plain",
+    )
     response["WWW-Authenticate"] = REALM
     return response
 

@@ -19,6 +19,7 @@ def test_the_defaults_and_good_values_pass(settings: Any) -> None:
     assert ids(settings) == []
     good = "a-long-enough-token-for-the-scraper-0123"
     assert ids(settings, SEMAPHORE_METRICS_TOKEN=[good, good + "x"], SEMAPHORE_METRICS_PARTITIONS=True) == []
+    assert ids(settings, SEMAPHORE_METRICS_PARTITION_RETIRE=3600.5) == []
 
 
 @pytest.mark.parametrize(
@@ -31,6 +32,11 @@ def test_the_defaults_and_good_values_pass(settings: Any) -> None:
         {"SEMAPHORE_METRICS_MAX_PARTITIONS": 0},
         {"SEMAPHORE_METRICS_MAX_PARTITIONS": True},
         {"SEMAPHORE_METRICS_MAX_PARTITIONS": 10_001},
+        {"SEMAPHORE_METRICS_PARTITION_RETIRE": 0},
+        {"SEMAPHORE_METRICS_PARTITION_RETIRE": None},
+        {"SEMAPHORE_METRICS_PARTITION_RETIRE": "1d"},
+        {"SEMAPHORE_METRICS_PARTITION_RETIRE": float("nan")},
+        {"SEMAPHORE_METRICS_PARTITION_RETIRE": 10**10},
     ],
 )
 def test_a_wrong_value_is_e021(settings: Any, values: dict[str, Any]) -> None:

@@ -7,12 +7,15 @@ from typing import Any
 
 import pytest
 import redis
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_semaphore import get_semaphore
 from django_semaphore.core.tally import tally
+
+from ..support.dashboard import staff
+from ..support.dashboard import url as dashboard_url
 
 TOKEN = "a-scraper-token-of-32-characters!"
 URL = "/metrics/"
@@ -46,6 +49,28 @@ def samples(text: str, sample: str) -> dict[tuple[tuple[str, str], ...], float]:
 
 
 @pytest.mark.django_db
+def test_a_signed_in_user_reads_it_exactly_when_the_dashboard_lets_them_look() -> None:
+    """The metrics show what the dashboard shows (keys included), so the same rule opens them: active
+    staff with "Can view the semaphore dashboard" (a superuser has it), and nobody else signed in."""
+    bare_staff = staff("bare-staff")
+    releaser = staff("releaser", "release_semaphore_permit")
+    viewer = staff("viewer", "view_semaphore_dashboard")
+    superuser = User.objects.create_superuser("root", password="pw")
+    not_staff = User.objects.create_user("not-staff", password="pw")
+    not_staff.user_permissions.add(*Permission.objects.filter(codename="view_semaphore_dashboard"))
+    inactive = staff("inactive", "view_semaphore_dashboard")
+    inactive.is_active = False
+    inactive.save()
+    expected = {bare_staff: 403, releaser: 403, viewer: 200, superuser: 200, not_staff: 403, inactive: 401}
+    for user, status in expected.items():
+        client = Client()
+        client.force_login(user)
+        answer = scrape(client, Accept="text/plain")
+        assert answer.status_code == status, user.username
+        assert (client.get(dashboard_url("changelist")).status_code == 200) == (status == 200), user.username
+
+
+@pytest.mark.django_db
 def test_only_staff_or_a_bearer_token_may_read_it(settings: Any) -> None:
     assert scrape().status_code == 200
     anonymous = Client().get(URL)
@@ -55,9 +80,9 @@ def test_only_staff_or_a_bearer_token_may_read_it(settings: Any) -> None:
     visitor = Client()
     visitor.force_login(User.objects.create_user("visitor", password="x"))
     assert scrape(visitor, Accept="text/plain").status_code == 403
-    staff = Client()
-    staff.force_login(User.objects.create_user("operator", password="x", is_staff=True))
-    assert scrape(staff, Accept="text/plain").status_code == 200
+    viewer = Client()
+    viewer.force_login(staff("operator", "view_semaphore_dashboard"))
+    assert scrape(viewer, Accept="text/plain").status_code == 200
     settings.SEMAPHORE_METRICS_TOKEN = None  # no token set: no token opens it, however it looks
     assert scrape(Authorization="Bearer ").status_code == 401
     assert scrape(Authorization="Bearer None").status_code == 401
@@ -142,7 +167,7 @@ def test_an_adaptive_limit_reports_its_current_window(redis_client: redis.Redis)
     assert 0 <= hold < 0.5
 
 
-def test_partitions_are_reported_only_when_asked_and_only_the_most_recent(settings: Any) -> None:
+def test_partitions_are_reported_only_when_asked_the_first_found_in_use_under_their_keys(settings: Any) -> None:
     for user in range(12):
         get_semaphore("search", f"user-{user}").acquire(wait=0)
     assert "key=" not in scrape().content.decode()
@@ -151,10 +176,14 @@ def test_partitions_are_reported_only_when_asked_and_only_the_most_recent(settin
     text = scrape().content.decode()
     keyed = samples(text, "django_semaphore_permit_usage")
     keys = {dict(labels)["key"] for labels in keyed if dict(labels).get("key")}
-    assert len(keys) == 5 and keys <= {f"user-{user}" for user in range(12)}
-    assert all(value == 1 for labels, value in keyed.items() if ("state", "used") in labels and dict(labels).get("key"))
+    # Five places, taken by five of the most recent (all in use); the rest read would be summed as "other".
+    assert len(keys) == 6 and "other" in keys and keys - {"other"} <= {f"user-{user}" for user in range(12)}
+    placed = {labels: value for labels, value in keyed.items() if dict(labels).get("key", "other") != "other"}
+    assert all(value == 1 for labels, value in placed.items() if ("state", "used") in labels)
+    assert keyed[(("key", "other"), ("name", "search"), ("state", "used"))] == 0
+    assert (("key", "other"), ("name", "search"), ("state", "free")) not in keyed  # what would it add up to?
     waiters = samples(text, "django_semaphore_waiter_count")
-    assert sum(1 for labels in waiters if dict(labels).get("key")) == 5
+    assert sum(1 for labels in waiters if dict(labels).get("key")) == 6
     assert samples(text, "django_semaphore_partition_count") == {(("name", "search"),): 12}
 
 
@@ -174,6 +203,11 @@ def test_a_scrape_costs_the_same_round_trips_at_ten_or_a_thousand_partitions(
             counts.append(after - before)
         return min(counts)
 
+    # A scrape reads the partitions with a place (five here) and the five recorded most recently: these first
+    # five take the places, then ten more come, and then a thousand.
+    for user in range(5):
+        get_semaphore("search", f"placed-{user}").acquire(wait=0, auto_renew=False)
+    scrape()
     for user in range(10):
         get_semaphore("search", f"few-{user}").acquire(wait=0, auto_renew=False)
     few = commands_per_scrape()

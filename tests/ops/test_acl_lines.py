@@ -165,10 +165,17 @@ def everything_works(settings, url: str) -> None:
     run("semaphore_limit", "reports", "7")
     run("semaphore_limit", "reports", "--clear")
     assert redis_check.check_redis_reachable() == []
-    # The metrics: the counts written by the tally script, then read with the gauges as a scrape does.
+    # The metrics: the counts written by the tally script, then read with the gauges as a scrape does,
+    # partitions and their places (the metric_series script) too.
     tally.flush()
     assert tally.pending() == {"attempts": {}, "holds": {}}
-    assert {reading.name for reading in reading_read()} >= {"reports", "search"}
+    settings.SEMAPHORE_METRICS_PARTITIONS = True
+    carol = get_semaphore("search", key="carol").acquire(auto_renew=False)
+    readings = {reading.name: reading for reading in reading_read()}
+    assert readings.keys() >= {"reports", "search"}
+    keyed = readings["search"].keyed
+    assert keyed is not None and [part.key for part in keyed.parts] == ["carol"]
+    assert carol is not None and carol.release()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The site a real Prometheus scrapes under load: two guarded views and the metrics endpoint."""
+"""The site a real Prometheus scrapes under load: guarded views and the metrics endpoint."""
 
 import os
 import time
@@ -30,7 +30,14 @@ def mine(request: HttpRequest) -> HttpResponse:
     return HttpResponse("done")
 
 
+@semaphore("flood")
+def flood(request: HttpRequest) -> HttpResponse:
+    time.sleep(0.3)  # held long enough that every scrape finds some of the flood's keys in use
+    return HttpResponse("done")
+
+
 urlpatterns = [
+    path("flood/", flood),
     path("mine/", mine),
     path("work/", work),
     path("paced/", paced),

@@ -95,6 +95,15 @@ class Prometheus(_Group):
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
 
+    def label_values(self, label: str) -> list[str]:
+        """Every value ``label`` ever had in the stored series."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/label/{label}/values", timeout=10) as answer:
+            body = json.load(answer)
+        if body.get("status") != "success":
+            raise AssertionError(f"{label}: {body}")
+        values: list[str] = body["data"]
+        return values
+
     def targets_up(self) -> bool:
         return any(float(sample["value"][1]) == 1 for sample in self.query("up"))
 

@@ -14,6 +14,7 @@ urlpatterns = [
     path("streaming-async/", views.streaming_async),
     path("file/", views.file_download),
     path("ip-held-open/", views.ip_held_open),
+    path("tenant-held-open/", views.held_open_by_tenant),
     path("header-keyed-quiet/", views.header_keyed_quiet),
     re_path(r"^held-open/(?P<rest>[\s\S]+)$", views.held_open),  # any character, newlines too
     path("cbv/", views.GuardedView.as_view()),

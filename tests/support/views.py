@@ -81,6 +81,12 @@ def held_open(request: HttpRequest, rest: str) -> StreamingHttpResponse:
     return StreamingHttpResponse(_chunks())
 
 
+@semaphore("guarded", key="get:tenant")
+def held_open_by_tenant(request: HttpRequest) -> StreamingHttpResponse:
+    """Keyed by a query parameter: its permit stays held until the stream is closed."""
+    return StreamingHttpResponse(_chunks())
+
+
 @semaphore("guarded", key="header:X-Api-Key")
 def header_keyed_quiet(request: HttpRequest) -> JsonResponse:
     """Keyed by a header, and touching Redis for nothing but its permit (an outage's tests)."""

@@ -232,3 +232,32 @@ def call_guarded(prefix: str, limit: int, duration: float, seed: int) -> None:
             call_partner()
         except SemaphoreFull:
             counter.incr(prefix + "full")
+
+
+def scrape_with_fresh_keys(prefix: str, url: str, places: int, rounds: int, seed: int) -> None:
+    """Take permits under keys nobody used before, read the metrics as a scrape does, release; over and over.
+
+    Every key a reading named under its own is added to ``<prefix>named``,
+    so the test sees the union of all the processes' readings.
+    """
+    setup(prefix)
+    import redis
+    from django.conf import settings
+
+    from django_semaphore import get_semaphore
+    from django_semaphore.metrics.reading import read
+
+    settings.SEMAPHORE_CONNECTION = url
+    settings.SEMAPHORE_METRICS_PARTITIONS = True
+    settings.SEMAPHORE_METRICS_MAX_PARTITIONS = places
+    client = redis.Redis.from_url(url)
+    for round_ in range(rounds):
+        held = [
+            get_semaphore("search", f"fresh-{seed}-{round_}-{n}").acquire(wait=0, auto_renew=False) for n in range(4)
+        ]
+        for reading in read():
+            if reading.keyed is not None and reading.keyed.parts:
+                client.sadd(prefix + "named", *(part.key for part in reading.keyed.parts))
+        for permit in held:
+            if permit is not None:
+                permit.release()

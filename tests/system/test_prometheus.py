@@ -1,5 +1,6 @@
 """A real Prometheus scrapes a real gunicorn with two workers under load: what it stores is exact, and
-every panel of the Grafana dashboard shipped in the docs finds data in it.
+every panel of the Grafana dashboard shipped in the docs finds data in it; a flood of fresh client-chosen
+keys leaves a fixed number of series in it, none with a control character.
 
 Each worker counts its own requests (core/tally.py) and writes them to Redis
 twice a second; Prometheus scrapes one worker or the other at random, each
@@ -10,9 +11,12 @@ rejected = requests sent.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -20,10 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
 from ..support.gunicorn import Gunicorn
+from ..support.metrics_partitions_settings import SEMAPHORE_METRICS_MAX_PARTITIONS
 from ..support.metrics_settings import SEMAPHORE_METRICS_TOKEN
 from ..support.polling import wait_until
 from ..support.prometheus import Prometheus
@@ -118,3 +124,49 @@ def test_prometheus_stores_the_whole_sites_counts_exactly_and_every_panel_finds_
                     wait_until(partial(prometheus.query, expr), timeout=30)
                 except AssertionError:
                     raise AssertionError(f"{title!r} found no data: {expr}\n{prometheus.log()}") from None
+
+
+# What a client puts in its key: retitle the terminal and ring, clear it, CR, NUL, a right-to-left override.
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\r\x00\u202e"
+SCRAPES = 50
+
+
+def test_a_flood_of_fresh_keys_leaves_a_fixed_number_of_series_none_with_a_control_character(
+    redis_server: Any, key_prefix: str
+) -> None:
+    """Clients send a key never seen before with every request, each held 0.3 s, through 50 scrapes and more:
+    Prometheus stores at most SEMAPHORE_METRICS_MAX_PARTITIONS key values and "other", all printable."""
+    env = {"REDIS_URL": redis_server.url, "SEMAPHORE_KEY_PREFIX": key_prefix}
+    with Gunicorn("tests.support.metrics_partitions_settings", env=env, workers=2, threads=8) as site:
+        target = site.base_url.removeprefix("http://")
+        with Prometheus(target, "/metrics/", SEMAPHORE_METRICS_TOKEN, interval="500ms") as prometheus:
+            wait_until(prometheus.targets_up, timeout=30)
+            stop = threading.Event()
+            sent = itertools.count()
+
+            def flood() -> None:
+                while not stop.is_set():
+                    get(site.base_url + "/flood/?t=" + quote(f"{HOSTILE}{next(sent)}", safe=""))
+
+            with ThreadPoolExecutor(12) as pool:
+                clients = [pool.submit(flood) for _ in range(12)]
+                try:
+                    deadline = time.monotonic() + 120
+                    while value(prometheus, "sum(count_over_time(up[10m]))") < SCRAPES + 5:
+                        assert time.monotonic() < deadline, prometheus.log()
+                        time.sleep(0.5)
+                finally:
+                    stop.set()
+                for client in clients:
+                    client.result()
+            keys = next(sent)
+            assert keys > 10 * (SEMAPHORE_METRICS_MAX_PARTITIONS + 1)  # the flood brought many keys
+
+            usage = 'django_semaphore_permit_usage{name="flood"}'
+            stored = {s["metric"]["key"] for s in prometheus.query(f"count by (key) (count_over_time({usage}[10m]))")}
+            assert len(stored) <= SEMAPHORE_METRICS_MAX_PARTITIONS + 1, (keys, sorted(stored))
+            assert "other" in stored
+            other = 'django_semaphore_permit_usage{name="flood", key="other", state="used"}'
+            assert value(prometheus, f"max_over_time({other}[10m])") >= 1  # the flood is there, in "other"
+            for label in prometheus.label_values("key"):
+                assert label.isprintable(), repr(label)

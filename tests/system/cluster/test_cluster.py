@@ -21,6 +21,7 @@ from redis.crc import key_slot
 from django_semaphore import Semaphore, get_semaphore
 from django_semaphore.core import errors
 from django_semaphore.core.conf import SemaphoreConfig
+from django_semaphore.core.redis_keys import SemaphoreKeys
 
 from ...core.test_async import *  # noqa: F403 - re-run on the cluster
 from ...core.test_core import *  # noqa: F403 - re-run on the cluster
@@ -61,6 +62,28 @@ def test_every_key_of_a_semaphore_is_in_its_slot(cluster: ServerCluster, key_pre
     registry = sem.keys.partitions_of(key_prefix, "search")
     assert slots == {key_slot(sem.keys.base.encode()), key_slot(registry.encode())}
     assert get_semaphore("search").partitions() == {sem.partition: "someone"}
+
+
+def test_a_scrape_with_partitions_keeps_its_places_beside_the_registry(
+    cluster: ServerCluster, key_prefix: str, settings
+) -> None:
+    """The metrics' places (core/series.py) are read with the partition counts, in one pipeline over the nodes,
+    and kept by a script in the name's slot."""
+    from django_semaphore.core import series
+    from django_semaphore.metrics.reading import read
+
+    settings.SEMAPHORE_METRICS_PARTITIONS = True
+    settings.SEMAPHORE_METRICS_MAX_PARTITIONS = 2
+    held = [get_semaphore("search", key=f"user-{n}").acquire(wait=0) for n in range(2)]
+    first = {reading.name: reading for reading in read()}["search"].keyed
+    held.append(get_semaphore("search", key="user-2").acquire(wait=0))
+    assert all(held)
+    again = {reading.name: reading for reading in read()}["search"].keyed  # the places the first gave, read back
+    assert first is not None and again is not None
+    assert [part.key for part in first.parts] == [part.key for part in again.parts] == ["user-0", "user-1"]
+    assert (first.others.used, again.others.used) == (0, 1)
+    registry = key_slot(SemaphoreKeys.partitions_of(key_prefix, "search").encode())
+    assert key_slot(series.series_key("search").encode()) == key_slot(series.labels_key("search").encode()) == registry
 
 
 def test_a_script_reaching_a_key_of_another_node_is_an_outage(cluster: ServerCluster) -> None:
