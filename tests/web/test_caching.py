@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
+import json
 import pickle
 import socket
 from collections.abc import Iterator
@@ -490,3 +491,21 @@ def test_the_request_is_still_closed_as_django_closes_it(settings, client: Clien
     assert client.post("/surface/upload/", {"report": upload}).content == b"stored"
     (stored,) = cache_views.uploads
     assert stored.closed and used() == 0  # type: ignore[attr-defined]
+
+
+# -- a waiting room's ticket is never stored in a cache ------------------------------------------------------
+
+
+def test_a_waiting_rooms_answer_is_never_cached_with_its_visitors_ticket(pages: str, settings) -> None:
+    settings.ROOT_URLCONF = "tests.support.room_site"
+    settings.SEMAPHORES = {**settings.SEMAPHORES, "room": {"limit": 1, "lease": 30, "waiting_room": {"refresh": 1.5}}}
+    # No sessions: nothing else (the room's look at request.user, through the session) makes it vary on Cookie.
+    settings.MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
+    per_site_cache(settings)
+    first = Client().get("/room/")
+    assert first.status_code == 200 and first.json()["inside"]
+    another = Client().get("/room/", HTTP_ACCEPT="application/json")
+    # A stored copy would let the second browser in as the first, with the first's ticket.
+    assert another.status_code == 503, another.content[:200]
+    assert another.cookies["semaphore_room_room"].value != first.cookies["semaphore_room_room"].value
+    assert json.loads(another.content)["position"] == 1
