@@ -104,16 +104,23 @@ def test_the_per_site_cache_stores_a_decorated_views_response_and_a_hit_takes_no
     other.release()
 
 
-def test_a_hit_never_reaches_redis_even_when_redis_is_gone(pages: str, settings, client: Client) -> None:
+@pytest.mark.parametrize("guard", ["decorator", "middleware after the fetch"])
+def test_a_hit_never_reaches_redis_even_when_redis_is_gone(pages: str, settings, client: Client, guard: str) -> None:
     declare(settings, guarded={"on_error": "deny"})
-    per_site_cache(settings)
-    assert client.get("/surface/guarded/").status_code == 200
+    if guard == "decorator":
+        per_site_cache(settings)
+        path = "/surface/guarded/"
+    else:
+        per_site_cache(settings, after_fetch=(MIDDLEWARE,))
+        guarded_by_rule(settings, r"^/surface/plain/$")
+        path = "/surface/plain/"
+    assert client.get(path).status_code == 200
     settings.SEMAPHORE_CONNECTION = f"redis://127.0.0.1:{_closed_port()}/0"  # nothing listens there
     with recorded(signals.semaphore_backend_error) as errors:
-        assert client.get("/surface/guarded/").status_code == 200
+        assert client.get(path).status_code == 200
     assert errors == []
     with recorded(signals.semaphore_backend_error) as errors:
-        assert client.get("/surface/guarded/?another").status_code == 503  # a miss reaches the guard: "deny"
+        assert client.get(f"{path}?another").status_code == 503  # a miss reaches the guard: on_error="deny"
     assert len(errors) == 1
 
 
