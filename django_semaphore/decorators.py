@@ -75,7 +75,7 @@ def semaphore(
             if inspect.isawaitable(response):
                 response = await response
             add_ratelimit_headers(response, [admission])
-            return await afinish(response, [admission])
+            return await afinish(request, response, [admission])
 
     def guard_sync(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         admission = admit(request, guarded)
@@ -84,7 +84,7 @@ def semaphore(
                 return rejected(request, admission)
             response = view(request, *args, **kwargs)
             add_ratelimit_headers(response, [admission])
-            return finish(response, [admission])
+            return finish(request, response, [admission])
 
     def decorator(view: View) -> View:
         if iscoroutinefunction(view):

@@ -65,7 +65,7 @@ class SemaphoreMiddleware:
         with ReleasedOnError(lambda: release_all(held)):
             response = self.get_response(request)
             add_ratelimit_headers(response, held)
-            return finish(response, held)
+            return finish(request, response, held)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         rules = [] if exempt_path(request) else matching_rules(request)
@@ -80,7 +80,7 @@ class SemaphoreMiddleware:
         async with AReleasedOnError(lambda: arelease_all(held)):
             response = await self.get_response(request)
             add_ratelimit_headers(response, held)
-            return await afinish(response, held)
+            return await afinish(request, response, held)
 
     def _rejected(self, request: HttpRequest, held: list[Admission]) -> HttpResponseBase:
         response = respond(request, held[-1].exception(), held[-1])

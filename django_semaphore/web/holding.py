@@ -8,9 +8,16 @@ its content runs, so it holds its permits until then too. On the asyncio path
 a plain response is complete when the view returns (its release is awaited on
 the loop, with no thread hop; a stream keeps them until closed). Whatever
 raises on the way (a view, a key function, a signal receiver, a cancellation)
-gives back what was taken (``ReleasedOnError``); a response nobody closes
-gives them back when it is dropped (a view called directly, a response a
-later middleware replaced).
+gives back what was taken (``ReleasedOnError``).
+
+A response can be lost after its view, never to be closed: a later
+middleware raised, a cache could not store it, the server refused it, a
+middleware replaced it. Its permits go back at once, whichever of these comes
+first (``Hold.lost``): Django's ``got_request_exception`` for the request, the
+end of the request (the close of the response Django's handler sent), the
+response's drop. None of them waits for the cyclic garbage collector, in
+whose reach Django's error handling often leaves a lost response. A cache that
+stores the response keeps a copy that holds nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 
-from django.http import HttpResponseBase, StreamingHttpResponse
+from django.core.signals import got_request_exception
+from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
 from ..core.permit import Permit
 from ..core.renewal import renewer
@@ -83,29 +91,8 @@ async def arelease_all(admissions: Sequence[Admission]) -> None:
         await admission.arelease()
 
 
-def _abandoned(admissions: Sequence[Admission]) -> None:
-    """A streaming response was dropped without being closed: stop renewing, let leases end."""
-    for admission in admissions:
-        if admission.room is not None:
-            admission.room.forget()
-        if admission.permit is not None and not admission.released:
-            logger.warning("A response holding %r was never closed; its lease will end it.", admission.permit)
-            renewer.forget(admission.permit)
-
-
-def _dropped(admissions: Sequence[Admission]) -> None:
-    """A plain response was dropped without being closed: its work is done, give its permits back.
-
-    From the background thread: a finaliser may run anywhere, on any thread
-    (even inside another release), and must not do I/O there.
-    """
-    for admission in admissions:
-        if admission.permit is not None and not admission.released:
-            admission.release_in_background()
-
-
-def finish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
-    """Release when the server has sent the response and closed it (a dropped plain response: then).
+def finish(request: HttpRequest, response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
+    """Release when the server has sent the response and closed it (a response lost on the way: then).
 
     A room's ticket goes on the response first. Anything but a response (a
     view that returned None, which Django turns into an error) has nothing a
@@ -115,13 +102,15 @@ def finish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpR
         release_all(admissions)
         return response
     _dressed(response, admissions)
-    return hold_until_closed(response, admissions)
+    return hold_until_closed(request, response, admissions)
 
 
-async def afinish(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
+async def afinish(
+    request: HttpRequest, response: HttpResponseBase, admissions: Sequence[Admission]
+) -> HttpResponseBase:
     _dressed(response, admissions)
     if getattr(response, "streaming", False):
-        return hold_until_closed(response, admissions)
+        return hold_until_closed(request, response, admissions)
     await arelease_all(admissions)
     return response
 
@@ -136,13 +125,80 @@ def _lost(permits: Sequence[Permit]) -> Permit | None:
     return next((permit for permit in permits if permit.lost), None)
 
 
-def _until_lost(response: StreamingHttpResponse, permits: Sequence[Permit]) -> Iterable[bytes] | AsyncIterable[bytes]:
-    """The stream, cut short once a permit it holds is lost (its max_hold reached, or taken away).
+class Hold:
+    """A guarded response's admissions, given back once: when the response is closed, or as soon as it is lost.
 
-    A client that stops reading, or reads a byte a second, would otherwise keep
-    the permit for as long as the server keeps the connection.
+    It is one of the closers Django's ``close()`` runs (not a wrapper of
+    ``close()``: a wrapper holding the bound method would be a reference
+    cycle). A response can also be lost on its way to the server, never to be
+    closed: a later middleware raised, a cache could not pickle it, the
+    server refused it, a middleware replaced it. ``lost()`` then gives the
+    permits back at once, from the request's failure or its end
+    (``_RequestHolds``) or from the response's drop, whichever comes first;
+    never twice, and never while a stream's body may still be sent: a stream
+    dropped half-way while its request goes on stops renewing and lets its
+    leases end.
+
+    A cache that stores the response (Django's per-site cache, ``cache_page``)
+    pickles it: the copy it serves later holds nothing, so the hold pickles
+    as an empty one.
+    """
+
+    __slots__ = ("admissions", "ended", "over", "started", "streaming")
+
+    def __init__(self, admissions: Sequence[Admission], streaming: bool) -> None:
+        self.admissions = admissions
+        self.streaming = streaming
+        self.started = self.ended = False  # a stream's body: asked for its first part; done or closed
+        self.over = False
+
+    def __call__(self) -> None:
+        """The response is sent and closed: give the permits back, in reverse order, without waiting for Redis."""
+        if self.over:
+            return
+        self.over = True
+        try:
+            release_all(self.admissions, posted=True)
+        except Exception:  # Django's close() swallows what its closers raise: say it here
+            logger.exception("Giving back a request's permits as its response closed failed.")
+            raise
+
+    def lost(self, *, request_over: bool = False) -> None:
+        """The response will never be closed: give the permits back from the background (no I/O here).
+
+        It may run anywhere, on any thread (a finaliser, even inside another
+        release). A stream whose body was sent in part may still be running
+        somewhere, unless its request is over: its permits are then only no
+        longer renewed, and their leases end them.
+        """
+        if self.over:
+            return
+        self.over = True
+        half_sent = self.streaming and self.started and not self.ended and not request_over
+        for admission in self.admissions:
+            if admission.room is not None:
+                admission.room.forget()
+            if admission.permit is None or admission.released:
+                continue
+            if half_sent:
+                logger.warning("A response holding %r was never closed; its lease will end it.", admission.permit)
+                renewer.forget(admission.permit)
+            else:
+                admission.release_in_background()
+
+    def __reduce__(self) -> tuple[type[Hold], tuple[tuple[()], bool]]:
+        return (Hold, ((), self.streaming))
+
+
+def _sent(response: StreamingHttpResponse, hold: Hold) -> Iterable[bytes] | AsyncIterable[bytes]:
+    """The stream, noted on ``hold`` as it starts and ends, and cut short once a permit it holds is lost.
+
+    Lost: its max_hold reached, or taken away. A client that stops reading, or
+    reads a byte a second, would otherwise keep the permit for as long as the
+    server keeps the connection.
     """
     content = response.streaming_content
+    permits = [admission.permit for admission in hold.admissions if admission.permit is not None]
 
     def cut(permit: Permit) -> None:
         logger.warning("Ending a streamed response early: it held %r past its max_hold.", permit)
@@ -150,55 +206,114 @@ def _until_lost(response: StreamingHttpResponse, permits: Sequence[Permit]) -> I
     if response.is_async:
 
         async def async_chunks() -> AsyncIterator[bytes]:
-            async for chunk in content:  # type: ignore[union-attr]
+            hold.started = True
+            try:
+                async for chunk in content:  # type: ignore[union-attr]
+                    lost = _lost(permits)
+                    if lost is not None:
+                        cut(lost)
+                        return
+                    yield chunk
+            finally:
+                hold.ended = True
+
+        return async_chunks()
+
+    def chunks() -> Iterator[bytes]:
+        hold.started = True
+        try:
+            for chunk in content:  # type: ignore[union-attr]
                 lost = _lost(permits)
                 if lost is not None:
                     cut(lost)
                     return
                 yield chunk
-
-        return async_chunks()
-
-    def chunks() -> Iterator[bytes]:
-        for chunk in content:  # type: ignore[union-attr]
-            lost = _lost(permits)
-            if lost is not None:
-                cut(lost)
-                return
-            yield chunk
+        finally:
+            hold.ended = True
 
     return chunks()
 
 
-def hold_until_closed(response: HttpResponseBase, admissions: Sequence[Admission]) -> HttpResponseBase:
-    """Keep the permits until the response has been sent and closed.
+def hold_until_closed(
+    request: HttpRequest, response: HttpResponseBase, admissions: Sequence[Admission]
+) -> HttpResponseBase:
+    """Keep the permits until the response has been sent and closed, or is lost on the way.
 
     Servers call ``response.close()`` when they are done with a response
-    (WSGI and ASGI both, and so does the test client); a closer it runs releases
-    the permits then, in reverse order: after the client has the response,
+    (WSGI and ASGI both, and so does the test client): the ``Hold`` among its
+    closers releases the permits then, after the client has the response,
     and, for a stream (a ``StreamingHttpResponse``, a ``FileResponse``, which
-    does its work while it is sent), after that work. If nobody ever closes a
-    stream, a finaliser stops renewing its permits so their leases end on
-    their own instead of being renewed forever; a plain response dropped
-    unclosed has done its work, and its permits go back from the background.
+    does its work while it is sent), after that work. The request keeps the
+    hold too (``_RequestHolds``), for when the response is lost on its way.
     """
     held = [admission for admission in admissions if admission.permit is not None or admission.room is not None]
     if not held:
         return response
-    permits = [admission.permit for admission in held if admission.permit is not None]
+    hold = Hold(held, streaming=getattr(response, "streaming", False))
     if isinstance(response, StreamingHttpResponse):
-        response.streaming_content = _until_lost(response, permits)
-
-    def release_on_close() -> None:
-        try:
-            release_all(held, posted=True)  # the response is sent: nobody waits on the answers
-        except Exception:  # Django's close() swallows what its closers raise: say it here
-            logger.exception("Giving back a request's permits as its response closed failed.")
-            raise
-
-    # One of the closers Django's close() runs, not a wrapper of close(): a wrapper holding the bound
-    # method is a reference cycle, and a response dropped unclosed would keep its permits (renewed)
-    # until the cyclic garbage collector happened to run, instead of giving them back at once.
-    response._resource_closers.append(release_on_close)  # type: ignore[attr-defined]
-    weakref.finalize(response, _abandoned if getattr(response, "streaming", False) else _dropped, held)
+        response.streaming_content = _sent(response, hold)
+    response._resource_closers.append(hold)  # type: ignore[attr-defined]
+    _RequestHolds.of(request).holds.append(hold)
+    weakref.finalize(response, hold.lost)
     return response
+
+
+class _RequestHolds:
+    """The holds of one request's guarded responses; what ends them when a response is lost after its view.
+
+    Two moments say so, and neither waits for the response's drop (which a
+    lost response's traceback, often in a reference cycle of Django's error
+    handling, puts off until the cyclic collector runs):
+
+    - ``got_request_exception``: something raised after a view returned (a
+      later middleware, a cache, a template's rendering); Django answers
+      with an error page of its own, or lets the server answer;
+    - the end of the request: Django's handler adds the request's
+      ``close()`` to the closers of the response it sends, and the server
+      closes that response once sent. Whatever this request's guards still
+      hold then is from a response that was lost without an exception
+      Django reports (a 403 or 404 a later middleware raised, a response a
+      middleware replaced), and no body of this request is being sent any
+      more. The request's ``close`` is this object from the first hold on.
+    """
+
+    __slots__ = ("holds", "request")
+
+    def __init__(self, request: HttpRequest) -> None:
+        self.holds: list[Hold] = []
+        self.request = weakref.ref(request)  # a reference back would make the request a cycle
+
+    @classmethod
+    def of(cls, request: HttpRequest) -> _RequestHolds:
+        """The request's holds (a request that is no Django request, a framework's wrapper, keeps none)."""
+        holds = request.__dict__.get("close")
+        if isinstance(holds, cls):
+            return holds
+        holds = cls(request)
+        if isinstance(request, HttpRequest):
+            request.close = holds  # type: ignore[method-assign]
+        return holds
+
+    def __call__(self) -> None:
+        """The request's ``close()``: the response the handler sent is closed."""
+        try:
+            for hold in self.holds:
+                hold.lost(request_over=True)
+        finally:
+            request = self.request()
+            if request is not None:
+                type(request).close(request)  # what Django's handler meant to run: the request's own
+
+    def failed(self) -> None:
+        """Lost: a guard whose response is still to come (the error page) has not handed its hold in yet."""
+        for hold in self.holds:
+            hold.lost()
+
+
+def _request_failed(sender: object, request: HttpRequest | None = None, **kwargs: object) -> None:
+    holds = None if request is None else request.__dict__.get("close")
+    if isinstance(holds, _RequestHolds):
+        holds.failed()
+
+
+got_request_exception.connect(_request_failed, dispatch_uid="django_semaphore.holding")

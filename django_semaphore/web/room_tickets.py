@@ -11,6 +11,11 @@ The cookie is ``HttpOnly`` (no script reads it), ``SameSite=Lax`` (sent when a
 visitor follows a link to the site, not with other sites' requests) and
 ``Secure`` when the request came over HTTPS (``request.is_secure()``, which
 honours ``SECURE_PROXY_SSL_HEADER``).
+
+Every answer that carries a ticket varies on ``Cookie``: it is one visitor's.
+A cache that stored it (Django's per-site cache and ``cache_page`` store a
+response that sets a cookie unless it varies on ``Cookie``; a shared proxy
+alike) would hand that visitor's ticket, and its place inside, to everyone.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import secrets
 
 from django.core import signing
 from django.http import HttpRequest, HttpResponseBase
+from django.utils.cache import patch_vary_headers
 
 from ..core.room_options import RoomOptions
 
@@ -71,3 +77,4 @@ def give(response: HttpResponseBase, secure: bool, name: str, options: RoomOptio
         httponly=True,
         samesite="Lax",
     )
+    patch_vary_headers(response, ("Cookie",))

@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from . import views
+from . import cache_views, views
 
 urlpatterns = [
     path("guarded/", views.guarded, name="guarded"),
@@ -39,4 +39,15 @@ urlpatterns = [
     path("weighty/", views.weighty),
     path("weighty-async/", views.weighty_async),
     path("no-response/", views.no_response),
+    path("cached/", cache_views.cached),
+    path("cached-async/", cache_views.cached_async),
+    path("guard-outside-the-cache/", cache_views.guard_outside_the_cache),
+    path("unpicklable/", cache_views.unpicklable),
+    path("template/", cache_views.template),
+    path("upload/", cache_views.upload),
+    path("broken-template/", cache_views.broken_template),
+    path("stream/", cache_views.stream),
+    path("stream-async/", cache_views.stream_async),
+    path("page-async/", cache_views.page_async),
+    path("unguarded-stream/", cache_views.unguarded_stream),
 ]

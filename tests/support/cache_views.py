@@ -1,0 +1,122 @@
+"""Guarded views behind Django's cache framework, and middleware that breaks a response after its view.
+
+``cache_page`` wraps ``@semaphore`` here (the cache outside the guard), on the
+cache alias ``"pages"``, which each test points at LocMemCache or django-redis.
+``BreaksAfterTheView`` raises from its ``process_response`` when the request
+asks it to, as any later middleware may: the guarded response is then dropped
+and never closed.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.template import engines
+from django.template.response import SimpleTemplateResponse
+from django.utils.deprecation import MiddlewareMixin
+from django.views.decorators.cache import cache_page
+
+from django_semaphore import get_semaphore
+from django_semaphore.decorators import semaphore
+
+PAGES = "pages"
+
+
+class BreaksAfterTheView(MiddlewareMixin):
+    """Breaks the response after the view returned, as the request's ``X-Break`` header says (sync and async alike).
+
+    "error": raises a RuntimeError (a 500); "denied": raises PermissionDenied
+    (a 403); "replaced": answers another response, leaving the view's unclosed.
+    """
+
+    def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        how = request.headers.get("X-Break")
+        if how == "error":
+            raise RuntimeError("a later middleware broke the response")
+        if how == "denied":
+            raise PermissionDenied("a later middleware refused the response")
+        if how == "replaced":
+            return HttpResponse(b"another answer")
+        return response
+
+
+def _page(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"path": request.get_full_path(), "used": get_semaphore("guarded").status().used})
+
+
+@cache_page(60, cache=PAGES)
+@semaphore("guarded")
+def cached(request: HttpRequest) -> JsonResponse:
+    return _page(request)
+
+
+@cache_page(60, cache=PAGES)
+@semaphore("guarded")
+async def cached_async(request: HttpRequest) -> JsonResponse:
+    status = await get_semaphore("guarded").astatus()
+    return JsonResponse({"path": request.get_full_path(), "used": status.used})
+
+
+@semaphore("guarded")
+@cache_page(60, cache=PAGES)
+def guard_outside_the_cache(request: HttpRequest) -> JsonResponse:
+    return _page(request)
+
+
+@semaphore("guarded")
+def template(request: HttpRequest) -> SimpleTemplateResponse:
+    """Rendered after the view returned, by Django's handler: inside the permit, and stored once rendered."""
+    page = engines["django"].from_string("<p>{{ path }}</p>")
+    return SimpleTemplateResponse(page, {"path": request.get_full_path()})
+
+
+@semaphore("guarded")
+def broken_template(request: HttpRequest) -> SimpleTemplateResponse:
+    """Its rendering, by Django's handler after the view, raises (a URL that does not resolve)."""
+    return SimpleTemplateResponse(engines["django"].from_string("{% url 'no-such-page' %}"))
+
+
+@semaphore("guarded")
+def unpicklable(request: HttpRequest) -> JsonResponse:
+    """A response the cache cannot store for reasons of its own (something it carries cannot be pickled)."""
+    response = _page(request)
+    response.computed = lambda: None  # type: ignore[attr-defined]
+    return response
+
+
+uploads: list[object] = []  # the files the upload view was sent, for the test to look at once the request is over
+
+
+@semaphore("guarded")
+def upload(request: HttpRequest) -> HttpResponse:
+    uploads.extend(request.FILES.values())
+    return HttpResponse(b"stored")
+
+
+def _parts() -> object:
+    yield from (b"one ", b"two ", b"three")
+
+
+@semaphore("guarded")
+def stream(request: HttpRequest) -> StreamingHttpResponse:
+    return StreamingHttpResponse(_parts())
+
+
+async def _aparts() -> object:
+    for part in (b"one ", b"two ", b"three"):
+        yield part
+
+
+@semaphore("guarded")
+async def stream_async(request: HttpRequest) -> StreamingHttpResponse:
+    return StreamingHttpResponse(_aparts())
+
+
+@semaphore("guarded")
+async def page_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(b"async page")
+
+
+def unguarded_stream(request: HttpRequest) -> StreamingHttpResponse:
+    """No decorator: the middleware's rules decide."""
+    return StreamingHttpResponse(_parts())
