@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U pip
-	$(BIN)/python -m pip install -q -e ".[test,demo,bench,docs,dist]" "$(DJANGO)"
+	$(BIN)/python -m pip install -q -e ".[test,demo,bench,docs,dist,drf,ninja,channels]" "$(DJANGO)"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -3,7 +3,7 @@
 - ``core/checks.py``: the connection and the engine's settings (E001-E005,
   E010, E011, E014, E016-E018, W001);
 - ``web/checks.py``: request keys, middleware rules, decorated views and the
-  request path's settings (E005, E006-E010, E012, E013, E018, W002-W004);
+  request path's settings (E005, E006-E010, E012, E013, E018, W002-W004, W009);
 - ``dashboard/checks.py``: W005;
 - ``metrics/checks.py``: the metrics face's settings (E021, W008);
 - ``ops/redis_check.py`` (E015) and ``ops/memory_check.py`` (E019, W006,
@@ -37,6 +37,7 @@ check_middleware_rules = register(APP, Tags.urls)(web.check_middleware_rules)
 check_decorated_views = register(APP, Tags.urls)(web.check_decorated_views)
 check_middleware_installed = register(APP)(web.check_middleware_installed)
 check_client_chosen_keys = register(APP)(web.check_client_chosen_keys)
+check_user_keys_before_authentication = register(APP, Tags.urls)(web.check_user_keys_before_authentication)
 check_staticfiles = register(APP)(dashboard.check_staticfiles)
 check_metrics_settings = register(APP)(metrics.check_metrics_settings)
 check_redis_reachable = register(APP, REDIS_TAG, deploy=True)(redis_check.check_redis_reachable)

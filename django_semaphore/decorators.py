@@ -104,9 +104,10 @@ def semaphore(
         return _recorded(wraps(view)(sync_view))
 
     def _recorded(wrapper: View) -> View:
-        # For the system checks (E012): which semaphores, at which weight, a routed view takes. A function
-        # takes attributes; a Callable type declares none.
-        wrapper.semaphore_guards = (*getattr(wrapper, "semaphore_guards", ()), (name, weight))  # type: ignore[attr-defined]
+        # For the system checks (E012, W009): which semaphores, at which weight and key, a routed view takes. A
+        # function takes attributes; a Callable type declares none.
+        guards = (*getattr(wrapper, "semaphore_guards", ()), (name, weight, key))
+        wrapper.semaphore_guards = guards  # type: ignore[attr-defined]
         return wrapper
 
     return decorator

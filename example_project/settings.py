@@ -17,6 +17,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # The REST API at /rest/ (example_project/shop/rest.py), with token authentication.
+    "rest_framework",
+    "rest_framework.authtoken",
     # Before django_semaphore, so the shop's django_semaphore/503.html replaces the default page.
     "example_project.shop",
     "django_semaphore",
@@ -49,6 +52,8 @@ TEMPLATES = [
     }
 ]
 WSGI_APPLICATION = "example_project.wsgi.application"
+# make demo serves this one with uvicorn: the pages over HTTP, the live page over WebSocket.
+ASGI_APPLICATION = "example_project.asgi.application"
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
@@ -92,6 +97,12 @@ SEMAPHORES = {
     # address, and 8 at once in all.
     "api_per_ip": {"limit": 3, "lease": 2, "key": "ip"},
     "api": {"limit": 8, "lease": 2},
+    # The REST API's orders (shop/rest.py): 2 at once per user, whose token REST framework reads inside
+    # the view, so SemaphoreThrottle guards it, after authentication.
+    "orders": {"limit": 2, "lease": 3, "key": "user"},
+    # The live page's WebSockets (shop/consumers.py): 3 open at once per user (per address signed out),
+    # held for as long as each stays open; a killed server's come back within the 5 s lease.
+    "live": {"limit": 3, "lease": 5, "key": "user_or_ip"},
     # Every request, in dry run: what a site-wide cap of 12 would do, before enforcing it.
     "site": {"limit": 12, "lease": 5},
 }

@@ -13,6 +13,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # The API stacks' tests (tests/faces/test_rest_framework.py): REST framework's token auth has a model.
+    "rest_framework",
+    "rest_framework.authtoken",
     "django_semaphore",
 ]
 MIDDLEWARE = [

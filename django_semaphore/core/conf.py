@@ -25,6 +25,9 @@ from .redis_keys import check_name, check_prefix
 from .room_options import DEFAULT_VISIT_LEASE, ROOM_OPTIONS, RoomOptions, room_problems
 
 ON_ERROR_CHOICES = ("allow", "deny")
+# The HTTP status of a refusal because the limit is full: 503 (the server is busy) or 429 (this client
+# asks too much at once, as rate limits answer). Outages and paused semaphores answer 503 either way.
+STATUS_CHOICES = (503, 429)
 
 APP_DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_CONNECTION": "default",
@@ -81,6 +84,7 @@ OPTIONS = (
     "on_error",
     "auto_renew",
     "view",
+    "status",
     "replicas",
     "replica_timeout",
     "fair",
@@ -173,6 +177,9 @@ def option_problems(name: object, options: object) -> list[str]:
     key = options.get("key")
     if key is not None and not isinstance(key, str) and not callable(key):
         problems.append(f"SEMAPHORES[{name!r}]['key'] must be a key kind, a dotted path or a callable (got {key!r}).")
+    status = options.get("status", 503)
+    if type(status) is not int or status not in STATUS_CHOICES:
+        problems.append(f"SEMAPHORES[{name!r}]['status'] must be 503 or 429 (got {status!r}).")
     view = options.get("view")
     if view is not None and not isinstance(view, str) and not callable(view):
         problems.append(f"SEMAPHORES[{name!r}]['view'] must be a view or the dotted path of one (got {view!r}).")

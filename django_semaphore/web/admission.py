@@ -53,7 +53,7 @@ from ..core.semaphore import Attempt, Semaphore, get_semaphore, refused
 from ..core.tally import in_dry_run
 from . import request_outcomes, visits
 from .conf import web_setting
-from .partition_keys import NOT_LIMITED, akey_for, key_for
+from .partition_keys import NOT_LIMITED, UserOf, akey_for, key_for
 from .visits import Visit
 
 logger = logging.getLogger("django_semaphore.requests")
@@ -287,19 +287,22 @@ class Guarded:
     wait: float | None = None
     weight: int | None = None
     mode: str = ENFORCE
+    # Where the user kinds of key read the request's user (None: request.user); web/partition_keys.py.
+    user_of: UserOf | None = None
 
 
 @dataclass(frozen=True)
 class _KeyOf:
-    """The request's partition value under ``spec``; reply: the value."""
+    """The request's partition value under ``spec`` (the user from ``user_of``, if given); reply: the value."""
 
     spec: Any
+    user_of: UserOf | None = None
 
     def run(self, request: HttpRequest) -> Any:
-        return key_for(request, self.spec)
+        return key_for(request, self.spec, self.user_of)
 
     async def arun(self, request: HttpRequest) -> Any:
-        return await akey_for(request, self.spec)
+        return await akey_for(request, self.spec, self.user_of)
 
 
 @dataclass(frozen=True)
@@ -408,7 +411,7 @@ def _admission(request: HttpRequest, guarded: Guarded) -> Generator[_Step, Any, 
     if whole.config.room is not None:
         return (yield from _visiting(request, whole, mode))
     spec = whole.config.key if guarded.key is None else guarded.key
-    value = None if spec is None else (yield _KeyOf(spec))
+    value = None if spec is None else (yield _KeyOf(spec, guarded.user_of))
     semaphore = _partition(whole, value)
     if semaphore is None:
         return skipped(request, name, request_outcomes.NOT_LIMITED, mode)

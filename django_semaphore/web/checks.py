@@ -25,17 +25,23 @@ Warnings:
 - W004 a semaphore is keyed by a value the client chooses (``header:``, ``get:``, an
   address from a forwarded header; in ``SEMAPHORES`` or a middleware rule) and sets
   no ``max_partitions``: every new value makes a new partition in Redis.
+- W009 ``@semaphore`` or a middleware rule keys by ``"user"`` or ``"user_or_ip"`` a view
+  whose users authenticate inside it (REST framework's authenticators, Django Ninja's
+  auth, but sessions): the guard runs before that and sees them as anonymous.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage
+from django.core.exceptions import ImproperlyConfigured
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.urls.resolvers import RoutePattern
 
 from ..core.adaptive import is_adaptive
 from ..core.checks import UNKNOWN_HINT, error, importable, seconds, warning
@@ -44,7 +50,7 @@ from . import response_log
 from .admission import MODES
 from .conf import web_setting
 from .partition_keys import client_chosen, key_problem
-from .rules import as_strings, rule_problems, unknown_rule_fields, uses_middleware
+from .rules import Rule, active_rules, as_strings, rule_problems, unknown_rule_fields, uses_middleware
 
 MIDDLEWARE_PATH = "django_semaphore.middleware.SemaphoreMiddleware"
 AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -118,6 +124,19 @@ def check_web_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
     log_level = getattr(settings, response_log.SETTING, response_log.DEFAULT_LEVEL)
     if response_log.level_problem(log_level):
         bad(response_log.SETTING, str(response_log.level_problem(log_level)), "WARNING is the default.")
+    scopes = web_setting("SEMAPHORE_THROTTLE_SCOPES")
+    if not isinstance(scopes, Mapping):
+        bad(
+            "SEMAPHORE_THROTTLE_SCOPES",
+            "must be a dict of throttle_scope -> semaphore name.",
+            "See guides/rest-framework.md.",
+        )
+    else:
+        for scope, name in scopes.items():
+            if name not in declared():
+                bad(
+                    "SEMAPHORE_THROTTLE_SCOPES", f"{scope!r} maps to {name!r}, which SEMAPHORES lacks.", "Fix the name."
+                )
     headers = web_setting("SEMAPHORE_RATELIMIT_HEADERS")
     if not isinstance(headers, bool):
         messages.append(
@@ -223,7 +242,7 @@ def check_decorated_views(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     seen: set[tuple[str, str, int]] = set()
     for view in routed_views():
         where = f"@semaphore on {getattr(view, '__module__', '?')}.{getattr(view, '__qualname__', view)}"
-        for name, weight in getattr(view, "semaphore_guards", ()):
+        for name, weight, _key in getattr(view, "semaphore_guards", ()):
             if (where, name, weight) not in seen:
                 seen.add((where, name, weight))
                 messages += _too_heavy(where, name, weight)
@@ -288,3 +307,172 @@ def check_client_chosen_keys(app_configs: Any = None, **kwargs: Any) -> list[Che
                 )
             )
     return messages
+
+
+# -- W009: user keys ahead of the view's own authentication ---------------------------------------------
+
+USER_KINDS = ("user", "user_or_ip")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One routed view: its URL name (with namespaces), a path it serves (``path_info``), its callback."""
+
+    name: str | None
+    sample: str
+    callback: Callable[..., Any]
+
+
+def _sample(pattern: Any) -> str:
+    """A path the pattern matches: converters and groups stand as "1" (``<int:pk>``, ``(?P<pk>[^/.]+)``)."""
+    text = str(pattern)
+    if isinstance(pattern, RoutePattern):  # a path() route
+        return re.sub(r"<(?:\w+:)?\w+>", "1", text)
+    text = text.removeprefix("^").removesuffix("$").removesuffix("\\Z")
+    out, depth = [], 0
+    for char in text:
+        if char == "(":
+            depth += 1
+            if depth == 1:
+                out.append("1")
+        elif char == ")":
+            depth -= 1
+        elif depth == 0 and char not in "?\\":
+            out.append(char)
+    return "".join(out)
+
+
+def routes(resolver: URLResolver | None = None, prefix: str = "/", namespace: str = "") -> Iterator[Route]:
+    """Every routed view, with a path it serves."""
+    if resolver is None and not _has_urlconf():
+        return
+    for entry in (resolver or get_resolver()).url_patterns:
+        sample = prefix + _sample(entry.pattern)
+        if isinstance(entry, URLResolver):
+            yield from routes(entry, sample, f"{namespace}{entry.namespace}:" if entry.namespace else namespace)
+        elif isinstance(entry, URLPattern):
+            yield Route(f"{namespace}{entry.name}" if entry.name else None, sample, entry.callback)
+
+
+@dataclass(frozen=True)
+class Inside:
+    """A view that authenticates inside itself: what it is called, what it uses, the guard that runs after that."""
+
+    view: str
+    how: str
+    instead: str
+    guarded: tuple[
+        tuple[str, Callable[..., Any]], ...
+    ]  # where its @semaphore may sit, named: handlers, view, operations
+
+
+def _qualified(thing: Any) -> str:
+    return f"{getattr(thing, '__module__', '?')}.{getattr(thing, '__qualname__', thing)}"
+
+
+def _not_sessions(classes: Iterable[Any], session_name: str) -> list[str]:
+    """The names of the authenticators that are not session-based (those see the user Django's middleware sees)."""
+    names = []
+    for item in classes:
+        kind = item if isinstance(item, type) else type(item)
+        if not any(base.__name__.startswith(session_name) for base in kind.__mro__):
+            names.append(kind.__name__)
+    return names
+
+
+def _inside(callback: Callable[..., Any]) -> Inside | None:
+    """REST framework's views (``callback.cls``) and Django Ninja's operations (a ``PathView`` in the callback's
+    closure) whose authentication is not Django's session: recognised by their shape, without importing either."""
+    view_class = getattr(callback, "cls", None)
+    if isinstance(getattr(view_class, "authentication_classes", None), (list, tuple)):
+        others = _not_sessions(view_class.authentication_classes, "SessionAuthentication")  # type: ignore[union-attr]
+        if not others:
+            return None
+        label = _qualified(view_class)
+        names = ("dispatch", *getattr(view_class, "http_method_names", ()))
+        handlers = [(f"{label}.{name}", getattr(view_class, name, None)) for name in names]
+        return Inside(
+            label,
+            f"REST framework's {', '.join(others)}",
+            "django_semaphore.rest_framework.SemaphoreThrottle in its throttle_classes",
+            # The handlers first: as_view() copies what decorators marked on dispatch onto the view.
+            (*((where, handler) for where, handler in handlers if handler is not None), (label, callback)),
+        )
+    for cell in getattr(callback, "__closure__", None) or ():
+        operations = getattr(cell.cell_contents, "operations", None)
+        if not isinstance(operations, list):
+            continue
+        authenticated = [op for op in operations if _not_sessions(getattr(op, "auth_callbacks", ()), "SessionAuth")]
+        if authenticated:
+            functions = tuple(op.view_func for op in authenticated)
+            auths = {name for op in authenticated for name in _not_sessions(op.auth_callbacks, "SessionAuth")}
+            return Inside(
+                ", ".join(_qualified(function) for function in functions),
+                f"Django Ninja's {', '.join(sorted(auths))}",
+                "django_semaphore.ninja.semaphore(...) under its @api decorator",
+                tuple((_qualified(function), function) for function in functions),
+            )
+    return None
+
+
+def _user_kind(name: object, key: object) -> str | None:
+    """The user kind of key this guard partitions by (its own, else its semaphore's), or None."""
+    if key is None and isinstance(name, str):
+        options = declared().get(name)
+        key = options.get("key") if isinstance(options, Mapping) else None
+    return key if isinstance(key, str) and key in USER_KINDS else None
+
+
+def _rule_matches(rule: Rule, route: Route) -> bool:
+    """Whether the rule may match the route's requests (its path regexes tried on the route's sample path)."""
+    if not (rule.url_names or rule.paths or rule.view_attributes):
+        return True
+    if route.name in rule.url_names or any(re.match(pattern, route.sample) for pattern in rule.paths):
+        return True
+    view_class = getattr(route.callback, "view_class", None)
+    return any(getattr(route.callback, a, False) or getattr(view_class, a, False) for a in rule.view_attributes)
+
+
+def _silent_pass(where: str, name: object, kind: str, inside: Inside, runs: str) -> CheckMessage:
+    limits = "does not limit" if kind == "user" else "limits by their address, not per user"
+    return warning(
+        9,
+        f"{where} keys semaphore {name!r} by {kind!r}, but {inside.view} authenticates its users inside the view "
+        f"({inside.how}): {runs} runs before that, sees them as anonymous, and {kind!r} {limits} anonymous requests.",
+        f"Guard it with {inside.instead}: it runs after the view's authentication and keys by the user the view sees. "
+        "See the docs, guides/keys-and-proxies.md (user keys and views that authenticate themselves).",
+    )
+
+
+def check_user_keys_before_authentication(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W009: ``"user"`` and ``"user_or_ip"`` ahead of a view's own authentication, which must not pass in silence."""
+    rules = [(i, rule) for i, rule in _active_rules_or_none() if rule.mode != "off"] if uses_middleware() else []
+    messages: dict[tuple[str, str], CheckMessage] = {}
+    for route in routes():
+        inside = _inside(route.callback)
+        if inside is None:
+            continue
+        for label, target in inside.guarded:
+            for name, _weight, key in getattr(target, "semaphore_guards", ()):
+                kind = _user_kind(name, key)
+                where = f"@semaphore on {label}"
+                if kind and (f"@semaphore({name!r})", inside.view) not in messages:
+                    messages[(f"@semaphore({name!r})", inside.view)] = _silent_pass(
+                        where, name, kind, inside, "the decorator"
+                    )
+        for index, rule in rules:
+            kind = _user_kind(rule.semaphore, rule.key)
+            where = f"SEMAPHORE_MIDDLEWARE_RULES[{index}] (it matches {route.sample})"
+            if kind and _rule_matches(rule, route) and (f"rule {index}", inside.view) not in messages:
+                messages[(f"rule {index}", inside.view)] = _silent_pass(
+                    where, rule.semaphore, kind, inside, "the middleware"
+                )
+    return list(messages.values())
+
+
+def _active_rules_or_none() -> list[tuple[int, Rule]]:
+    """The middleware's rules with their index; none when they are malformed (E009 says so)."""
+    try:
+        return list(enumerate(active_rules()))
+    except ImproperlyConfigured:
+        return []

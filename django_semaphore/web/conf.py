@@ -26,6 +26,8 @@ WEB_DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_MIDDLEWARE_EXEMPT_PATHS": [],
     "SEMAPHORE_MIDDLEWARE_BYPASS": None,
     "SEMAPHORE_RATELIMIT_HEADERS": False,
+    # REST framework's throttle_scope -> semaphore name, for SemaphoreThrottle (django_semaphore/rest_framework.py).
+    "SEMAPHORE_THROTTLE_SCOPES": {},
 }
 
 

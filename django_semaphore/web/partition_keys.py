@@ -99,19 +99,24 @@ def client_ip(request: HttpRequest) -> str | None:
     return client_network(address, int(web_setting("SEMAPHORE_IPV6_PREFIX")))
 
 
-def _user_key(user: Any) -> str | None:
+def user_key(user: Any) -> str | None:
+    """The partition value of ``user``, None for an anonymous one: the same under every face."""
     if user is None or not user.is_authenticated:
         return None
     return f"user:{user.pk}"
 
 
+def ip_key(address: str | None) -> str | None:
+    """The partition value of a client address (as ``client_ip`` reduces it), None without one."""
+    return None if address is None else f"ip:{address}"
+
+
 def _ip_key(request: HttpRequest) -> str | None:
-    ip = client_ip(request)
-    return None if ip is None else f"ip:{ip}"
+    return ip_key(client_ip(request))
 
 
 def _user(request: HttpRequest) -> str | None:
-    return _user_key(getattr(request, "user", None))
+    return user_key(getattr(request, "user", None))
 
 
 def _user_or_ip(request: HttpRequest) -> str | None:
@@ -121,7 +126,7 @@ def _user_or_ip(request: HttpRequest) -> str | None:
 async def _auser(request: HttpRequest) -> str | None:
     # request.user is lazy and may query the database: not allowed on the event loop.
     auser = getattr(request, "auser", None)
-    return _user_key(await auser() if auser is not None else getattr(request, "user", None))
+    return user_key(await auser() if auser is not None else getattr(request, "user", None))
 
 
 async def _auser_or_ip(request: HttpRequest) -> str | None:
@@ -187,38 +192,64 @@ class NotLimited:
 NOT_LIMITED = NotLimited()
 
 
-def _value(value: Any, spec: Any) -> Any:
+def partition_value(value: Any, spec: Any) -> Any:
+    """What the key function of ``spec`` returned, as a partition value: ``NOT_LIMITED`` for None or "", a key
+    function's own namespaced (``custom:``) so it never passes for a built-in kind's."""
     if value is None or value == "":
         return NOT_LIMITED
     return value if is_builtin(spec) else f"{CUSTOM}{value}"
 
 
-def key_for(request: HttpRequest, spec: Any) -> Any:
-    """The key value for ``request``: None for the whole semaphore, ``NOT_LIMITED`` to skip it."""
-    function = resolve_key(spec)
-    if function is None:
-        return None
-    value = function(request)
-    if inspect.isawaitable(value):
-        getattr(value, "close", lambda: None)()
-        raise ImproperlyConfigured(f"Key function {spec!r} is async; it can only guard async views.")
-    return _value(value, spec)
+UserOf = Callable[[HttpRequest], Any]
 
 
-async def akey_for(request: HttpRequest, spec: Any) -> Any:
-    """``key_for`` inside an event loop: user lookups go through ``request.auser()``,
-    async key functions are awaited and sync ones run in a thread (they may touch the database).
+def _with_user(function: KeyFunction, user_of: UserOf | None) -> KeyFunction:
+    """``"user"`` and ``"user_or_ip"`` read ``user_of(request)`` instead of ``request.user``, when given.
+
+    For a face whose stack authenticates inside the view and keeps the user
+    elsewhere (Django Ninja's ``request.auth``): the key sees the user the
+    view sees, under the same ``user:`` namespace as every other face.
+    """
+    if user_of is None:
+        return function
+    if function is _user:
+        return lambda request: user_key(user_of(request))
+    if function is _user_or_ip:
+        return lambda request: user_key(user_of(request)) or _ip_key(request)
+    return function
+
+
+def key_for(request: HttpRequest, spec: Any, user_of: UserOf | None = None) -> Any:
+    """The key value for ``request``: None for the whole semaphore, ``NOT_LIMITED`` to skip it.
+
+    ``user_of``: where the request's user comes from, for the user kinds (``_with_user``).
     """
     function = resolve_key(spec)
     if function is None:
         return None
+    value = _with_user(function, user_of)(request)
+    if inspect.isawaitable(value):
+        getattr(value, "close", lambda: None)()
+        raise ImproperlyConfigured(f"Key function {spec!r} is async; it can only guard async views.")
+    return partition_value(value, spec)
+
+
+async def akey_for(request: HttpRequest, spec: Any, user_of: UserOf | None = None) -> Any:
+    """``key_for`` inside an event loop: user lookups go through ``request.auser()`` (or ``user_of``, which
+    must not touch the database), async key functions are awaited and sync ones run in a thread (they may).
+    """
+    function = resolve_key(spec)
+    if function is None:
+        return None
+    if user_of is not None and function in (_user, _user_or_ip):
+        return partition_value(_with_user(function, user_of)(request), spec)
     if function is _user:
-        return _value(await _auser(request), spec)
+        return partition_value(await _auser(request), spec)
     if function is _user_or_ip:
-        return _value(await _auser_or_ip(request), spec)
+        return partition_value(await _auser_or_ip(request), spec)
     reads_headers_only = function is _ip_key or (isinstance(spec, str) and spec.startswith(PREFIXED_KINDS))
     if reads_headers_only or iscoroutinefunction(function):
         value = function(request)
     else:
         value = sync_to_async(function)(request)
-    return _value(await value if inspect.isawaitable(value) else value, spec)
+    return partition_value(await value if inspect.isawaitable(value) else value, spec)

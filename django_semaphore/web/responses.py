@@ -1,4 +1,4 @@
-"""The answer to a request that found its semaphore full: 503 with Retry-After.
+"""The answer to a request that found its semaphore full: 503 (or the semaphore's ``status``, 429) with Retry-After.
 
 The view that builds it is, in order: the semaphore's ``view`` option,
 ``SEMAPHORE_VIEW``, or ``semaphore_full`` below. Each is called as
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
@@ -22,7 +23,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.template import loader
 from django.utils.module_loading import import_string
 
-from ..core.conf import declared
+from ..core.conf import STATUS_CHOICES, declared
 from ..core.errors import BackendUnavailable, SemaphoreFull
 from ..core.failure_policy import ERROR_RETRY_AFTER
 from .conf import web_setting
@@ -51,21 +52,40 @@ def wants_json(request: HttpRequest) -> bool:
     return request.get_preferred_type(_OFFERED) in ("application/json", PROBLEM_JSON)
 
 
+def refusal_status(exception: Exception) -> int:
+    """The status a refusal answers with: the semaphore's ``status`` (503 or 429) when it is full.
+
+    An outage (``on_error: "deny"``) and a paused semaphore are the server's
+    doing, not the client's, so they answer 503 whatever ``status`` says.
+    """
+    if not isinstance(exception, SemaphoreFull) or exception.paused:
+        return 503
+    options = declared().get(exception.name)
+    status = options.get("status", 503) if isinstance(options, Mapping) else 503
+    return status if status in STATUS_CHOICES else 503
+
+
+def refusal_detail(exception: Exception) -> str:
+    """What a refusal says to an API client, in one sentence; the same words in every face's format."""
+    if isinstance(exception, BackendUnavailable):
+        return "The service that limits concurrent requests is unavailable."
+    if isinstance(exception, SemaphoreFull) and exception.paused:
+        return "Requests like this one are paused for now."
+    return "Too many requests like this one are running at once."
+
+
 def semaphore_full(request: HttpRequest, exception: Exception) -> HttpResponse:
-    """The default 503: problem+json (RFC 9457) for JSON clients, else the HTML template."""
+    """The default answer (503, or the semaphore's ``status``): problem+json (RFC 9457) for JSON clients, else
+    the HTML template."""
     seconds = retry_after(exception)
+    status = refusal_status(exception)
     if wants_json(request):
-        if isinstance(exception, BackendUnavailable):
-            detail = "The service that limits concurrent requests is unavailable."
-        elif isinstance(exception, SemaphoreFull) and exception.paused:
-            detail = "Requests like this one are paused for now."
-        else:
-            detail = "Too many requests like this one are running at once."
-        body = {"type": "about:blank", "title": "Service Unavailable", "status": 503, "detail": detail}
-        response = HttpResponse(json.dumps({**body, "retry_after": seconds}), content_type=PROBLEM_JSON, status=503)
+        title = HTTPStatus(status).phrase
+        body = {"type": "about:blank", "title": title, "status": status, "detail": refusal_detail(exception)}
+        response = HttpResponse(json.dumps({**body, "retry_after": seconds}), content_type=PROBLEM_JSON, status=status)
     else:
         context = {"retry_after": seconds, "exception": exception}
-        response = HttpResponse(loader.render_to_string(TEMPLATE, context, request), status=503)
+        response = HttpResponse(loader.render_to_string(TEMPLATE, context, request), status=status)
     response["Retry-After"] = str(seconds)
     return response
 

@@ -28,5 +28,5 @@ def dry_run_only() -> frozenset[str]:
         elif rule.mode != OFF:
             enforced.add(rule.semaphore)
     for view in routed_views():
-        enforced.update(name for name, _weight in getattr(view, "semaphore_guards", ()))
+        enforced.update(name for name, *_ in getattr(view, "semaphore_guards", ()))
     return frozenset(dry - enforced)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import api, views
+from . import api, rest, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -13,4 +13,6 @@ urlpatterns = [
     path("api/products/", api.products, name="api-products"),
     path("api/products/<slug:sku>/", api.product, name="api-product"),
     path("api/health/", api.health, name="api-health"),
+    path("rest/orders/", rest.Orders.as_view(), name="rest-orders"),
+    path("live/", views.live, name="live"),
 ]

@@ -41,6 +41,12 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "shop/home.html", context)
 
 
+def live(request: HttpRequest) -> HttpResponse:
+    """The WebSocket page: sockets of the live consumer (shop/consumers.py), opened one click at a time."""
+    context = {"limit": settings.SEMAPHORES["live"]["limit"], "socket_path": "/ws/live/"}
+    return render(request, "shop/live.html", context)
+
+
 @semaphore("reports")
 def export_report(request: HttpRequest) -> HttpResponse:
     """Build the sales report: heavy on the database, so only a few run at once, site-wide."""

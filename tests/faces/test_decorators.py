@@ -380,3 +380,15 @@ def test_a_paused_semaphore_answers_503_saying_so_with_its_own_retry_after(clien
     assert asyncio.run(AsyncClient().get("/surface/guarded-async/")).status_code == 503
     get_semaphore("guarded").set_limit(None)
     assert client.get("/surface/guarded/").status_code == 200
+
+
+def test_a_semaphore_answers_with_its_status_429_and_an_outage_still_with_503(client: Client, settings) -> None:
+    declare(settings, guarded={"status": 429})
+    permit = hold()
+    response = client.get("/surface/guarded/", headers={"Accept": "application/json"})
+    assert response.status_code == 429
+    body = json.loads(response.content)
+    assert body["status"] == 429 and body["title"] == "Too Many Requests"
+    assert int(response["Retry-After"]) >= 1
+    assert client.get("/surface/guarded/").status_code == 429  # the HTML page too
+    permit.release()

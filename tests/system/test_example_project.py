@@ -379,7 +379,9 @@ def test_demo_smoke_starts_everything_and_leaves_nothing_running(tmp_path: Path)
     assert "user 'admin', password 'admin'" in output and "make load" in output
     # What helps, and nothing that does not: which binaries run, no dev-server lecture, no shell chatter.
     assert re.search(r"Redis:\s+redis://127\.0\.0\.1:\d+/0 \((redis|valkey) [\d.]+, /\S+-server\)", output), output
-    assert "Web server: Django's runserver" in output
+    assert "Web server: uvicorn (ASGI" in output
+    assert "Smoke test: the REST API answered 200; the live WebSocket said 'open for 0 s'." in output
+    assert "Authorization: Token alice-demo-token" in output
     assert "objects imported automatically" not in output and "WARNING: This is a development server" not in output
     assert (tmp_path / "db.sqlite3").exists()
     assert _stop_leftovers(pids) == []
@@ -450,3 +452,29 @@ def test_the_load_summary_keeps_every_column_when_not_on_a_terminal() -> None:
     text = out.getvalue()
     assert path in text and "Retry-After seen" in text and "1s x4, 2s x3" in text
     assert "…" not in text  # nothing cut to fit 80 columns
+
+
+@pytest.mark.django_db
+def test_the_rest_api_is_limited_per_token_user(client: Client, holding: list[Permit]) -> None:
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    for name in ("alice", "bob"):
+        user = get_user_model().objects.create(username=name)
+        Token.objects.create(user=user, key=f"{name}-demo-token")
+    alice = get_user_model().objects.get(username="alice")
+    fill(holding, "orders", f"user:{alice.pk}")  # alice's two permits, as two overlapping requests would
+    refused = client.get("/rest/orders/?seconds=0", headers={"Authorization": "Token alice-demo-token"})
+    assert refused.status_code == 503 and int(refused["Retry-After"]) >= 1
+    assert refused.json()["detail"].startswith("Too many requests like this one are running at once.")
+    served = client.get("/rest/orders/?seconds=0", headers={"Authorization": "Token bob-demo-token"})
+    assert served.status_code == 200 and served.json()["user"] == "bob"
+
+
+def test_the_live_page_opens_sockets_of_the_guarded_consumer(client: Client) -> None:
+    from example_project.shop.consumers import LiveConsumer
+
+    page = client.get(reverse("live"))
+    assert page.status_code == 200
+    assert b'data-url="/ws/live/"' in page.content and b"shop/live.js" in page.content
+    assert LiveConsumer.semaphore == "live" and example.SEMAPHORES["live"]["key"] == "user_or_ip"

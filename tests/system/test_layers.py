@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import django_semaphore.core
 
 PROBE = """
@@ -259,3 +261,59 @@ def test_the_docs_draw_the_house_as_the_folders_show_it() -> None:
         if path.relative_to(PACKAGE).parts[0] not in drawn_whole and "migrations" not in path.parts
     }
     assert {path for path in drawn if path.endswith(".py")} == actual
+
+
+WITHOUT = """
+import importlib, os, sys
+blocked = sys.argv[1]
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name == blocked or name.startswith(blocked + "."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, Blocked())
+os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+import django
+from django.conf import settings
+settings.INSTALLED_APPS  # read before setup: REST framework's apps are in the tests' settings
+settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if not app.startswith(blocked)]
+django.setup()
+try:
+    importlib.import_module(sys.argv[2])
+except ImportError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "blocked", "extra"),
+    [
+        ("django_semaphore.rest_framework", "rest_framework", "drf"),
+        ("django_semaphore.ninja", "ninja", "ninja"),
+        ("django_semaphore.channels", "channels", "channels"),
+    ],
+)
+def test_each_api_stacks_module_says_which_extra_it_needs(module: str, blocked: str, extra: str) -> None:
+    """Optional extras: without its stack, the module's import error names the extra to install."""
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT, blocked, module],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert f'pip install "django-semaphore[{extra}]"' in result.stdout
+
+
+def test_no_module_but_its_own_face_imports_an_api_stack() -> None:
+    stacks = {"rest_framework", "ninja", "channels"}
+    found = set()
+    for name, (path, _package) in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in stacks:
+                found.add((name, (node.module or "").split(".")[0]))
+    assert found <= {
+        ("django_semaphore.rest_framework", "rest_framework"),
+        ("django_semaphore.ninja", "ninja"),
+        ("django_semaphore.channels", "channels"),
+    }

@@ -1,0 +1,263 @@
+"""The API stacks' test site: REST framework views and a Django Ninja API, per-user limited, with token auth.
+
+Used in process (``@pytest.mark.urls``) and by the real server the system
+tests start (tests/support/api_asgi.py). Alice and Bob authenticate with
+the tokens ``TOKENS`` names: REST framework's ``Token`` table serves both
+stacks. A view asked ``?hold=<list>`` keeps its request (and its permit)
+until the test pushes to that Redis list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import redis
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model, login
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.urls import path
+from django.utils.decorators import method_decorator
+from ninja import NinjaAPI, Router
+from ninja.security import HttpBearer
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.authtoken.models import Token
+from rest_framework.exceptions import NotFound
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from django_semaphore.decorators import semaphore
+from django_semaphore.ninja import semaphore as ninja_semaphore
+from django_semaphore.rest_framework import SemaphoreThrottle
+
+from .api_declared import SCOPES, SEMAPHORES, TOKENS  # noqa: F401 - the tests import them from here too
+
+# The key functions saw these request types (a test reads it).
+KEYED: list[type] = []
+
+
+def make_users() -> None:
+    """Alice and Bob, with their tokens (idempotent)."""
+    users = get_user_model()
+    for name, key in TOKENS.items():
+        user, _ = users.objects.get_or_create(username=name)
+        Token.objects.get_or_create(user=user, defaults={"key": key})
+
+
+def hold(request: HttpRequest) -> None:
+    """Keep the request until the test pushes to the Redis list ``?hold=`` names (30 s at most)."""
+    listed = request.GET.get("hold")
+    if listed:
+        client = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+        try:
+            client.blpop([listed], timeout=30)
+        finally:
+            client.close()
+
+
+def tenant_key(request: Any) -> str:
+    KEYED.append(type(request))
+    return str(request.headers.get("X-Tenant", ""))
+
+
+# -- REST framework ----------------------------------------------------------------------------------
+
+
+class TokenView(APIView):
+    authentication_classes = (TokenAuthentication,)
+    permission_classes = (IsAuthenticated,)
+    throttle_classes = (SemaphoreThrottle,)
+
+    def get(self, request: Request) -> Response:
+        hold(request)
+        return Response({"user": request.user.username, "outcome": request.semaphore.outcome})
+
+
+class Items(TokenView):
+    semaphore = "api"
+
+
+class Items429(TokenView):
+    semaphore = "api_429"
+
+
+class Upload(TokenView):
+    throttle_scope = "uploads"  # SEMAPHORE_THROTTLE_SCOPES maps it
+
+
+class Heavy(TokenView):
+    semaphore = "heavy"
+    semaphore_weight = 2
+
+
+class Waiting(TokenView):
+    semaphore = "api"
+    semaphore_wait = 5
+
+
+class Tenants(TokenView):
+    semaphore = "tenants"
+
+
+class Strict(TokenView):
+    semaphore = "strict"
+
+
+class Stream(TokenView):
+    semaphore = "api"
+
+    def get(self, request: Request) -> StreamingHttpResponse:  # type: ignore[override]
+        return StreamingHttpResponse(iter([b"one", b"two"]))
+
+
+class Broken(TokenView):
+    semaphore = "api"
+
+    def get(self, request: Request) -> Response:
+        raise RuntimeError("the view failed")
+
+
+class Missing(TokenView):
+    semaphore = "api"
+
+    def get(self, request: Request) -> Response:
+        raise NotFound("no such item")
+
+
+@method_decorator(semaphore("api"), name="dispatch")
+class Decorated(APIView):
+    """The route issue 32 found passing in silence: the decorator runs before the token is read (W009)."""
+
+    authentication_classes = (TokenAuthentication,)
+    permission_classes = (IsAuthenticated,)
+
+    def get(self, request: Request) -> Response:
+        hold(request)
+        return Response({"user": request.user.username})
+
+
+# -- Django Ninja ------------------------------------------------------------------------------------
+
+
+class Bearer(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        found = Token.objects.select_related("user").filter(key=token).first()
+        return None if found is None else found.user
+
+
+class TokenOnly(HttpBearer):
+    """An auth that returns the token itself, not a user: a user key cannot tell whose request it is."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        return token if token in TOKENS.values() else None
+
+
+api = NinjaAPI(auth=Bearer(), urls_namespace="tests-ninja")
+
+
+@api.get("/items")
+@ninja_semaphore("api")
+def ninja_items(request: HttpRequest) -> dict[str, Any]:
+    hold(request)
+    return {"user": request.auth.username, "outcome": request.semaphore.outcome}  # type: ignore[attr-defined]
+
+
+@api.get("/items-429")
+@ninja_semaphore("api_429")
+def ninja_items_429(request: HttpRequest) -> dict[str, Any]:
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
+@api.get("/async-items")
+@ninja_semaphore("api")
+async def ninja_async_items(request: HttpRequest) -> dict[str, Any]:
+    await sync_to_async(hold)(request)
+    return {"user": request.auth.username, "outcome": request.semaphore.outcome}  # type: ignore[attr-defined]
+
+
+@api.get("/waiting")
+@ninja_semaphore("api", wait=5)
+async def ninja_waiting(request: HttpRequest) -> dict[str, Any]:
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
+@api.get("/heavy")
+@ninja_semaphore("heavy", weight=2)
+def ninja_heavy(request: HttpRequest) -> dict[str, Any]:
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
+@api.get("/strict")
+@ninja_semaphore("strict")
+def ninja_strict(request: HttpRequest) -> dict[str, Any]:
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
+@api.get("/broken")
+@ninja_semaphore("api")
+def ninja_broken(request: HttpRequest) -> dict[str, Any]:
+    raise RuntimeError("the operation failed")
+
+
+@api.get("/stream")
+@ninja_semaphore("api")
+def ninja_stream(request: HttpRequest) -> HttpResponse:
+    return StreamingHttpResponse(iter([b"one", b"two"]))
+
+
+@api.get("/token-only", auth=TokenOnly())
+@ninja_semaphore("api")
+def ninja_token_only(request: HttpRequest) -> dict[str, Any]:
+    return {"auth": "token"}
+
+
+@api.get("/plain-decorator")
+@semaphore("api")
+def ninja_plain_decorator(request: HttpRequest) -> dict[str, Any]:
+    """The plain view decorator under Ninja's operation: it sees request.user, not Ninja's auth (W009)."""
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
+router = Router()
+router.add_decorator(ninja_semaphore("api"), mode="view")
+
+
+@router.get("/items")
+def routed_items(request: HttpRequest) -> dict[str, Any]:
+    hold(request)
+    return {"user": request.auth.username, "outcome": request.semaphore.outcome}  # type: ignore[attr-defined]
+
+
+@router.get("/async-items")
+async def routed_async_items(request: HttpRequest) -> dict[str, Any]:
+    await asyncio.sleep(0)
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
+api.add_router("/routed", router)
+
+
+def log_in(request: HttpRequest, username: str) -> HttpResponse:
+    """The WebSocket tests' way to a session cookie (AuthMiddlewareStack reads it); tests only."""
+    login(request, get_user_model().objects.get(username=username), backend="django.contrib.auth.backends.ModelBackend")
+    return HttpResponse("logged in")
+
+
+urlpatterns = [
+    path("drf/items/", Items.as_view(), name="drf-items"),
+    path("drf/items-429/", Items429.as_view()),
+    path("drf/upload/", Upload.as_view()),
+    path("drf/heavy/", Heavy.as_view()),
+    path("drf/waiting/", Waiting.as_view()),
+    path("drf/tenants/", Tenants.as_view()),
+    path("drf/strict/", Strict.as_view()),
+    path("drf/stream/", Stream.as_view()),
+    path("drf/broken/", Broken.as_view()),
+    path("drf/missing/", Missing.as_view()),
+    path("drf/decorated/", Decorated.as_view(), name="drf-decorated"),
+    path("ninja/", api.urls),
+    path("login/<str:username>/", log_in),
+]
