@@ -194,7 +194,7 @@ def _guarded_run(run: Function, is_async: bool) -> Function:
                     response = await run(request, *args, **kwargs)
                     if _answered_refusal(request, response, held):
                         await arelease_all(held)
-                    return await afinish(response, held)
+                    return await afinish(request, response, held)
             finally:
                 delattr(request, _HELD)
 
@@ -211,7 +211,7 @@ def _guarded_run(run: Function, is_async: bool) -> Function:
                 response = run(request, *args, **kwargs)
                 if _answered_refusal(request, response, held):
                     release_all(held)
-                return finish(response, held)
+                return finish(request, response, held)
         finally:
             delattr(request, _HELD)
 

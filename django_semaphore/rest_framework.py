@@ -156,7 +156,7 @@ def _release_with_the_response(view: APIView, held: list[Admission]) -> None:
             if any(admission.rejected for admission in held):
                 release_all(held)  # a refusal does no work: what this request took goes back now
                 log_answer(request._request, response)  # at SEMAPHORE_503_LOG_LEVEL, not Django's ERROR
-            return finish(response, held)
+            return finish(request._request, response, held)
 
     def handle_exception(error: Exception) -> Any:
         # An error REST framework does not turn into a response leaves the view: finalize_response never runs.
