@@ -33,7 +33,6 @@ from urllib.parse import urlparse
 import redis
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Info, Warning
-from django.core.exceptions import ImproperlyConfigured
 from redis.cluster import RedisCluster
 
 from ..core.checks import APP
@@ -58,12 +57,10 @@ def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     try:
         client = get_client()
         servers = _memory_settings(client)
-    except ImproperlyConfigured:
-        return []
     except redis.RedisError as exc:
         if isinstance(exc, redis.ResponseError) or not is_outage(exc):
             return [_unreadable(exc)]
-        return []  # unreachable: E015 says so
+        return []  # unreachable, or no connection can be made: E015 says so
     evicting = [(maxmemory, policy, human) for maxmemory, policy, human in servers if maxmemory > 0]
     for policies, build in ((EVICTS_ANY_KEY, _any_key), (EVICTS_EXPIRING_KEYS, _expiring_keys)):
         for _maxmemory, policy, human in evicting:

@@ -21,14 +21,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis
 from django.core.checks import CheckMessage, Error
 
 from ..core.checks import APP, check_connection, check_engine_settings
 from ..core.conf import SemaphoreConfig, app_setting
-from ..core.errors import BackendUnavailable, is_refusal, reason
+from ..core.connection import described
+from ..core.errors import BackendUnavailable, is_refusal, misconfigured, reason
 from ..core.semaphore import Semaphore
 from ..core.tally import uncounted
 
@@ -58,18 +58,19 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             step = name
             run()
     except (BackendUnavailable, redis.RedisError) as exc:
+        unusable = misconfigured(exc)
+        if unusable is not None:
+            return [_e015(f"{unusable.where} cannot make a Redis connection: {unusable.problem}", unusable.hint)]
         refused = is_refusal(exc)
         what = f"refused what the engine runs ({step})" if refused else "cannot be reached"
         return [
             _e015(
-                f"Redis {what} through SEMAPHORE_CONNECTION {_where()}: {reason(exc)}",
+                f"Redis {what} through {_where()}: {reason(exc)}",
                 ACL_HINT
                 if refused
                 else "Start Redis, or fix the cache's LOCATION (or the URL or factory in SEMAPHORE_CONNECTION).",
             )
         ]
-    except (TypeError, ValueError) as exc:  # redis-py refusing the connection's options
-        return [_e015(f"SEMAPHORE_CONNECTION {_where()} cannot make a Redis connection: {exc}", _options_hint())]
     finally:
         uncounted.reset(probing)
     return []
@@ -99,27 +100,5 @@ def _e015(msg: str, hint: str) -> Error:
     return Error(msg, hint=hint, id=f"{APP}.E015")
 
 
-def _options_hint() -> str:
-    setting = app_setting("SEMAPHORE_CONNECTION")
-    if isinstance(setting, str) and setting.startswith("redis://") and _tls_options_in(setting):
-        return "TLS options (ssl_*) need a rediss:// URL."
-    return (
-        "Check the connection's options (TLS ones, ssl_*, need a rediss:// LOCATION, or 'ssl': True in "
-        "CONNECTION_POOL_KWARGS)."
-    )
-
-
-def _tls_options_in(url: str) -> bool:
-    return any(name.startswith("ssl") for name in parse_qs(urlsplit(url).query))
-
-
 def _where() -> str:
-    """The connection setting as an operator knows it, never with the URL's password or query."""
-    setting = app_setting("SEMAPHORE_CONNECTION")
-    if not isinstance(setting, str):
-        return f"({getattr(setting, '__qualname__', type(setting).__name__)})"
-    if "://" not in setting:
-        return repr(setting)
-    url = urlsplit(setting)
-    host = url.hostname or ""
-    return repr(urlunsplit((url.scheme, f"{host}:{url.port}" if url.port else host, url.path, "", "")))
+    return described("SEMAPHORE_CONNECTION", app_setting("SEMAPHORE_CONNECTION"))
