@@ -183,13 +183,13 @@ REFUSAL_CODES = frozenset(
 # mid-migration, or Dragonfly refusing a key the script did not declare.
 # Each would answer every call the same until the operator changes the
 # server, the ACL or the connection: what the failure policy is for.
+# An ACL's refusals, in every server's wording: at the top level, and of a command or key inside a script.
+ACL_PHRASES = ("user executing the script can't", "acl failure in script", "no permissions to")
 REFUSAL_PHRASES = (
     "attempted to access a non local key",
     "unknown command",
     "unknown subcommand",
-    "user executing the script can't",
-    "acl failure in script",
-    "no permissions to",
+    *ACL_PHRASES,
     "scripting support disabled",
     "tried accessing undeclared key",
 )
@@ -233,6 +233,17 @@ def is_refusal(error: BaseException) -> bool:
     """An outage where Redis answered, but refused (as opposed to not answering at all)."""
     cause = _redis_error(error)
     return isinstance(cause, redis.exceptions.ResponseError) and is_outage(cause)
+
+
+def is_acl_refusal(error: BaseException) -> bool:
+    """A refusal by the user's ACL (a command or a key it is denied), not by the server's state (OOM, READONLY)."""
+    cause = _redis_error(error)
+    if isinstance(cause, redis.exceptions.NoPermissionError):
+        return True
+    if not isinstance(cause, redis.exceptions.ResponseError):
+        return False
+    lowered = _reply(str(cause)).lower()
+    return "noperm" in lowered or any(phrase in lowered for phrase in ACL_PHRASES)
 
 
 def misconfigured(error: BaseException) -> ConnectionMisconfigured | None:

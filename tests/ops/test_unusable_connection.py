@@ -80,17 +80,23 @@ def _url(settings: Any, location: str) -> None:
 BROKEN = {"django-redis": _django_redis, "built-in": _built_in, "url": _url}
 
 
+def _location(server: RedisServer) -> str:
+    """The session's (plain) server, in a database of its own: django-redis shares one pool among the caches
+    of one LOCATION, and the other tests' cache must not get this one's options."""
+    return f"{server.url.rsplit('/', 1)[0]}/15"
+
+
 @pytest.fixture(params=sorted(BROKEN))
 def broken(request: pytest.FixtureRequest, settings: Any, redis_server: RedisServer) -> str:
-    """TLS options on a ``redis://`` location of the session's (plain) server, as a cache alias or a URL."""
-    BROKEN[request.param](settings, redis_server.url)
+    """TLS options on a ``redis://`` location of the session's server, as a cache alias or a URL."""
+    BROKEN[request.param](settings, _location(redis_server))
     return str(request.param)
 
 
 @pytest.fixture
 def cache_alias(settings: Any, redis_server: RedisServer) -> None:
     """The one way of the three the tests that need no variety use: the docs' CACHES entry, mistyped."""
-    _django_redis(settings, redis_server.url)
+    _django_redis(settings, _location(redis_server))
 
 
 # -- manage.py check --deploy ------------------------------------------------------------------
