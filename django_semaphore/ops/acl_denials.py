@@ -1,4 +1,4 @@
-"""What an ACL denies the connection's user, said as the line that grants it (E015, W009).
+"""What an ACL denies the connection's user, said as the line that grants it (E015, W010).
 
 Redis 6.2 and 7.0 refuse a command a script runs without naming it ("The
 user executing the script can't run this command or subcommand"). ``ACL

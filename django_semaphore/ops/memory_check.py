@@ -1,4 +1,4 @@
-"""What the semaphore server's eviction policy puts at risk: E019, W006, W007, W009 (deployment checks).
+"""What the semaphore server's eviction policy puts at risk: E019, W006, W007, W010 (deployment checks).
 
 Eviction is per server. Once ``maxmemory`` is reached, Redis makes room by
 its ``maxmemory-policy``: ``allkeys-*`` may evict any key, a semaphore's
@@ -12,7 +12,7 @@ fills refuses every acquire (guarded requests then follow ``on_error``).
 Read with ``INFO memory`` (``CONFIG GET`` when that is refused). The
 docs' least-privilege ACL lines grant ``+info|memory`` for it (never
 ``+config|get``, which reads the server's passwords too); a user denied
-both gets W009, a warning whose hint is the line that grants it (a server
+both gets W010, a warning whose hint is the line that grants it (a server
 that refuses them to every user, as managed services may, gets where else
 to look). Nothing is said when ``maxmemory`` is 0 (nothing is evicted), nor
 about a server Redis cannot be reached on (E015 says that). Registered with
@@ -23,7 +23,7 @@ E015 under the ``django_semaphore_redis`` tag.
 - W007 ``noeviction`` with a ``maxmemory`` on a server a cache alias of
   ``CACHES`` also uses (``SEMAPHORE_CONNECTION`` is ``"default"``, or another
   alias's ``LOCATION`` names the same host and port).
-- W009 the policy could not be read.
+- W010 the policy could not be read.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def _unreadable(client: SyncClient, error: BaseException, config_error: BaseExce
         "tell: under an evicting policy (allkeys-*, volatile-*) permits can vanish while held and more requests "
         "than the limit get in; under noeviction on a server a cache shares, a full cache refuses every acquire.",
         hint=hint,
-        id=f"{APP}.W009",
+        id=f"{APP}.W010",
     )
 
 

@@ -7,7 +7,7 @@ runs (read from the Lua files, plus the ones Python sends), and none newer
 than Redis 6.0, the lowest version supported. And they let the deploy
 check read the eviction policy (``+info|memory``): a shared server under
 ``noeviction`` is W007, one under ``allkeys-lru`` E019 (``manage.py check
---deploy`` exits 1); a user without the grant gets W009, whose hint is the
+--deploy`` exits 1); a user without the grant gets W010, whose hint is the
 line that fixes it. What each grant the docs weigh reveals is tested here
 too, on whichever server the suite runs (Redis 7, Valkey 8, Redis 6.2).
 """
@@ -287,7 +287,7 @@ def test_under_each_app_line_the_eviction_checks_read_the_policy(
     _evicting(admin, "noeviction")
     said = deploy_check()
     assert "django_semaphore.W007" in said and "'pages'" in said
-    assert "W009" not in said and "E015" not in said
+    assert "W010" not in said and "E015" not in said
     _evicting(admin, "allkeys-lru")
     with pytest.raises(SystemCheckError, match=r"django_semaphore\.E019") as failed:
         deploy_check()
@@ -326,11 +326,11 @@ def test_a_user_without_the_grant_gets_w009_whose_hint_is_the_line_that_fixes_it
     _as(settings, own_server, user)
     _evicting(admin, "allkeys-lru")
     [message] = check_eviction_policy()
-    assert message.id == "django_semaphore.W009" and message.level == logging.WARNING
+    assert message.id == "django_semaphore.W010" and message.level == logging.WARNING
     assert "noeviction" in message.msg and "NOPERM" in message.msg
     fix = re.findall(r"ACL SETUSER \S+ \S+", message.hint)
     assert fix == [f"ACL SETUSER {user} {READ_POLICY}"]
-    assert "django_semaphore.W009" in deploy_check()  # a warning: reported, the check passes
+    assert "django_semaphore.W010" in deploy_check()  # a warning: reported, the check passes
     admin.execute_command(*shlex.split(fix[0]))
     assert [m.id for m in check_eviction_policy()] == ["django_semaphore.E019"]
 

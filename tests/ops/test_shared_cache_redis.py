@@ -102,7 +102,7 @@ def test_a_server_that_will_not_tell_its_policy_is_reported_not_a_crash(
     admin.acl_setuser("app", enabled=True, passwords=["+app-pw"], keys=["~*"], commands=["+@all", "-config", "-info"])
     settings.SEMAPHORE_CONNECTION = f"redis://app:app-pw@127.0.0.1:{own_server.port}/0?{OWN_SERVER_TIMEOUTS}"
     [message] = check_eviction_policy()
-    assert message.id == "django_semaphore.W009" and "noeviction" in message.msg
+    assert message.id == "django_semaphore.W010" and "noeviction" in message.msg
     assert message.level == logging.WARNING and "ACL SETUSER app +info|memory" in message.hint
 
 
@@ -111,7 +111,7 @@ def test_a_server_that_refuses_info_and_config_to_everyone_gets_where_else_to_lo
     with modes.start_without(find_binary(), "info", "config") as server:
         settings.SEMAPHORE_CONNECTION = f"{server.url}?{OWN_SERVER_TIMEOUTS}"
         [message] = check_eviction_policy()
-    assert message.id == "django_semaphore.W009" and "unknown command" in message.msg
+    assert message.id == "django_semaphore.W010" and "unknown command" in message.msg
     assert "console" in message.hint and "ACL" not in message.hint
 
 
