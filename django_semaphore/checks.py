@@ -7,7 +7,7 @@
 - ``dashboard/checks.py``: W005;
 - ``metrics/checks.py``: the metrics face's settings (E021, W008);
 - ``ops/redis_check.py`` (E015) and ``ops/memory_check.py`` (E019, W006,
-  W007, I001): deployment checks, which reach Redis, so they run only with
+  W007, W010): deployment checks, which reach Redis, so they run only with
   ``--deploy`` (alone with ``--tag django_semaphore_redis``).
 
 docs/reference/checks.md lists every ID. The names bound here are the

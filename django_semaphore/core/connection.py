@@ -24,6 +24,17 @@ shuts down: under WSGI, Django runs each async view in a loop of its own.
 for the engine: the semaphore, its permits and the background worker all run
 their scripts through it (or ``run``/``arun``), and an outage becomes
 ``BackendUnavailable`` (and the ``semaphore_backend_error`` signal).
+
+**Settings that make no connection.** redis-py builds a client from any
+options and refuses them only when it opens a connection (TLS options on a
+``redis://`` location: a ``TypeError``), wherever that happens to be. So
+``get_client`` and ``get_async_client`` are the one place that turns "no
+client can be made from this setting" into ``ConnectionMisconfigured``, a
+``ConnectionError``: they make one connection object of each new pool (no
+I/O), and whatever building the client raised (a missing cache alias, a
+factory's error) becomes that too. Every caller then meets an outage it
+already handles: the failure policy, the commands' one line, the
+dashboard's and the metrics' 503, E015.
 """
 
 from __future__ import annotations
@@ -38,7 +49,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
@@ -59,7 +71,7 @@ from . import bounded, errors, scripts, signals
 from .calls import ScriptCall
 from .clients import AsyncClient, SyncClient
 from .conf import app_setting
-from .errors import BackendUnavailable
+from .errors import BackendUnavailable, ConnectionMisconfigured
 from .outages import outage_log
 
 # Connection options that mean the same to redis-py's sync and asyncio pools.
@@ -98,6 +110,12 @@ class _LoopClients:
 
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClients] = weakref.WeakKeyDictionary()
 _ready_clusters: weakref.WeakSet[redis.asyncio.cluster.RedisCluster] = weakref.WeakSet()
+# Sync pools that made a connection object: their options are sound. By pool, not by setting: a cache
+# alias hands out one pool per cache object (Django makes one per thread).
+_sound_pools: weakref.WeakSet[Any] = weakref.WeakSet()
+# Settings (as ``per_loop`` keys them) whose asyncio clients made one: once per setting, not per event loop
+# (under WSGI each async view runs in a loop of its own, and a connection object costs about 0.5 ms).
+_sound_async: set[str | int] = set()
 
 
 def _factory(setting: object) -> Callable[[], Any] | None:
@@ -127,14 +145,27 @@ def _setting(name: str) -> Any:
 
 def _forget_settings(**kwargs: Any) -> None:
     _settings.clear()
+    _sound_async.clear()
 
 
 setting_changed.connect(_forget_settings, dispatch_uid="django_semaphore.connection")
 
 
 def get_client() -> Any:
-    """The sync client (``redis.Redis`` or ``redis.RedisCluster``)."""
+    """The sync client (``redis.Redis`` or ``redis.RedisCluster``); ``ConnectionMisconfigured`` if none can be made."""
     setting = _setting("SEMAPHORE_CONNECTION")
+    try:
+        client = _sync_client(setting)
+        pool = getattr(client, "connection_pool", None)
+        if pool is not None and pool not in _sound_pools:
+            _can_connect(pool)
+            _sound_pools.add(pool)
+    except Exception as exc:
+        _unusable("SEMAPHORE_CONNECTION", setting, exc)
+    return client
+
+
+def _sync_client(setting: object) -> Any:
     factory = _factory(setting)
     if factory is not None:
         client: SyncClient = factory()  # a redis-py client, as the setting promises
@@ -203,7 +234,7 @@ def _async_sentinel_master(pool: redis.sentinel.SentinelConnectionPool, kwargs: 
 
 
 def get_async_client() -> AsyncClient:
-    """The asyncio client for the running event loop."""
+    """The asyncio client for the running event loop; ``ConnectionMisconfigured`` if none can be made."""
     loop = asyncio.get_running_loop()
     setting = _setting("SEMAPHORE_ASYNC_CONNECTION") or _setting("SEMAPHORE_CONNECTION")
     per_loop = _async_clients.setdefault(loop, _LoopClients()).clients
@@ -211,15 +242,79 @@ def get_async_client() -> AsyncClient:
     client = per_loop.get(cache_key)
     if client is None:
         explicit = _setting("SEMAPHORE_ASYNC_CONNECTION")
-        factory = _factory(explicit) if explicit is not None else None
-        if factory is not None:
-            client = factory()
-        elif isinstance(setting, str) and "://" in setting:
-            client = redis.asyncio.Redis.from_url(setting)
-        else:
-            client = _async_from_sync(get_client())
+        try:
+            client = _new_async_client(explicit, setting)
+            pool = getattr(client, "connection_pool", None)
+            if pool is not None and cache_key not in _sound_async:
+                _can_connect(pool)
+                _sound_async.add(cache_key)
+        except Exception as exc:
+            _unusable("SEMAPHORE_CONNECTION" if explicit is None else "SEMAPHORE_ASYNC_CONNECTION", setting, exc)
         per_loop[cache_key] = client
     return client
+
+
+def _new_async_client(explicit: object, setting: object) -> AsyncClient:
+    factory = _factory(explicit) if explicit is not None else None
+    if factory is not None:
+        client: AsyncClient = factory()  # a redis-py asyncio client, as the setting promises
+        return client
+    if isinstance(setting, str) and "://" in setting:
+        return redis.asyncio.Redis.from_url(setting)
+    return _async_from_sync(get_client())
+
+
+# -- settings that make no connection ------------------------------------------------------------
+
+
+def _can_connect(pool: Any) -> None:
+    """Make a connection object of ``pool``'s, as redis-py does before it opens one (no I/O), and drop it.
+
+    That is where redis-py refuses options it does not take, a ``TypeError``
+    the first call would otherwise meet in the middle of a request.
+    """
+    pool.connection_class(**pool.connection_kwargs)
+
+
+def _unusable(name: str, setting: object, error: Exception) -> NoReturn:
+    """Raise what building a client from ``setting`` raised: an outage as it is, anything else as
+    ``ConnectionMisconfigured`` (the setting makes no client, so no call reaches Redis)."""
+    if isinstance(error, RedisError) and errors.is_outage(error):
+        raise error
+    raise ConnectionMisconfigured(
+        described(name, setting), f"{type(error).__name__}: {error}", _fix(name, setting, error)
+    ) from error
+
+
+def _fix(name: str, setting: object, error: Exception) -> str:
+    if "'ssl" in str(error) or (isinstance(setting, str) and _tls_options_in(setting)):
+        return (
+            "TLS options (ssl_*) need a rediss:// location (or 'ssl': True in CONNECTION_POOL_KWARGS); "
+            "see the docs, servers.md (TLS)."
+        )
+    return (
+        f"Fix {name}: a cache alias of CACHES whose OPTIONS redis-py takes, a redis:// or rediss:// URL, "
+        "or a factory returning a redis-py client; `manage.py check --deploy` runs the engine through it (E015)."
+    )
+
+
+def _tls_options_in(setting: str) -> bool:
+    return setting.startswith("redis://") and any(name.startswith("ssl") for name in parse_qs(urlsplit(setting).query))
+
+
+def described(name: str, setting: object) -> str:
+    """A connection setting as an operator knows it: never a URL's password or query (which may hold one)."""
+    if not isinstance(setting, str):
+        return f"{name} ({getattr(setting, '__qualname__', type(setting).__name__)})"
+    if "://" not in setting:
+        return f"{name} {setting!r}"
+    url = urlsplit(setting)
+    host = url.hostname or ""
+    try:
+        port = url.port
+    except ValueError:  # not a number: the error names it
+        port = None
+    return f"{name} {urlunsplit((url.scheme, f'{host}:{port}' if port else host, url.path, '', ''))!r}"
 
 
 async def aclient() -> AsyncClient:

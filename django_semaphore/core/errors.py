@@ -115,6 +115,27 @@ class BackendUnavailable(SemaphoreError):
         super().__init__(message)
 
 
+class ConnectionMisconfigured(redis.exceptions.ConnectionError):
+    """redis-py cannot make a connection from a connection setting, so no call reaches Redis until it is fixed.
+
+    TLS options on a ``redis://`` location (the docs' example with ``rediss://``
+    mistyped), an option redis-py does not know, a cache alias ``CACHES``
+    lacks, a factory that raises. redis-py builds a client from any options
+    and refuses them only when it opens a connection, as a ``TypeError``.
+    core/connection.py raises this instead, where the client is asked for:
+    a ``ConnectionError``, so that every caller meets an outage (the failure
+    policy, a one-line error in the commands, a 503 from the dashboard and
+    the metrics, E015 at ``check --deploy``), never a 500. ``problem`` is
+    what went wrong, ``hint`` how to fix it; neither holds a password.
+    """
+
+    def __init__(self, where: str, problem: str, hint: str) -> None:
+        self.where = where
+        self.problem = problem
+        self.hint = hint
+        super().__init__(f"{where} cannot make a Redis connection: {problem}. {hint}")
+
+
 class TooManyPartitions(BackendUnavailable):
     """No longer raised: kept so that code catching it still imports.
 
@@ -162,13 +183,13 @@ REFUSAL_CODES = frozenset(
 # mid-migration, or Dragonfly refusing a key the script did not declare.
 # Each would answer every call the same until the operator changes the
 # server, the ACL or the connection: what the failure policy is for.
+# An ACL's refusals, in every server's wording: at the top level, and of a command or key inside a script.
+ACL_PHRASES = ("user executing the script can't", "acl failure in script", "no permissions to")
 REFUSAL_PHRASES = (
     "attempted to access a non local key",
     "unknown command",
     "unknown subcommand",
-    "user executing the script can't",
-    "acl failure in script",
-    "no permissions to",
+    *ACL_PHRASES,
     "scripting support disabled",
     "tried accessing undeclared key",
 )
@@ -212,6 +233,23 @@ def is_refusal(error: BaseException) -> bool:
     """An outage where Redis answered, but refused (as opposed to not answering at all)."""
     cause = _redis_error(error)
     return isinstance(cause, redis.exceptions.ResponseError) and is_outage(cause)
+
+
+def is_acl_refusal(error: BaseException) -> bool:
+    """A refusal by the user's ACL (a command or a key it is denied), not by the server's state (OOM, READONLY)."""
+    cause = _redis_error(error)
+    if isinstance(cause, redis.exceptions.NoPermissionError):
+        return True
+    if not isinstance(cause, redis.exceptions.ResponseError):
+        return False
+    lowered = _reply(str(cause)).lower()
+    return "noperm" in lowered or any(phrase in lowered for phrase in ACL_PHRASES)
+
+
+def misconfigured(error: BaseException) -> ConnectionMisconfigured | None:
+    """The ``ConnectionMisconfigured`` behind ``error`` (a ``BackendUnavailable``'s cause, or itself), else None."""
+    cause = _redis_error(error)
+    return cause if isinstance(cause, ConnectionMisconfigured) else None
 
 
 def reason(error: BaseException) -> str:

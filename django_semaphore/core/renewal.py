@@ -38,6 +38,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from redis.exceptions import RedisError
+
 from . import bounded, scripts
 from .calls import ScriptCall
 from .clients import SyncClient
@@ -337,7 +339,7 @@ def _current_client() -> SyncClient | None:
     """The settings' sync client now; None if they name none (the clean-up then asks again when it runs)."""
     try:
         client: SyncClient = get_client()
-    except Exception:  # a clean-up is queued from error paths: a bad setting must not mask their error
+    except RedisError:  # a clean-up is queued from error paths: settings that make no client must not mask theirs
         return None
     return client
 

@@ -194,9 +194,12 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         try:
             with translated(self.name, self.partition):
                 client = await aclient()
+                # The renewal thread renews on the sync client: settings that make none are an outage now,
+                # not a permit granted that nobody can renew.
+                renewing = get_client() if options.renewed(self.config) else None
                 deadline = bounded.budget(client, request.wait)
                 recording, reply = await bounded.by(deadline, self._aacquire(client, request, deadline))
-            attempt = self._finish(request, reply, recording, options, None)
+            attempt = self._finish(request, reply, recording, options, None, renewing)
         except BaseException as exc:
             tally.failed(self.name, self.config.on_error, exc, started)
             raise
@@ -227,11 +230,14 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         recording: registry.Recording,
         options: AcquireOptions,
         client: SyncClient | None,
+        renewing: SyncClient | None = None,
     ) -> Attempt:
         """The attempt a reply stands for: a permit (renewed, signalled) or why there is none; errors raised.
 
         ``client`` is the sync client the call used (None on the asyncio path): the permit keeps it, so
         its release, renewals and clean-ups go where it was granted without asking the settings again.
+        ``renewing``: on the asyncio path, the sync client of the settings the call was made under, for the
+        renewal thread (None when the permit is not renewed).
         """
         if self.partition is not None and self.key is not None and recording.must_record_again(reply.fresh):
             # A partition this process had recorded, found evicted by its acquire, goes back in the registry.
@@ -266,9 +272,8 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             return Attempt(None, reply.used, reply.limit, reply.waiting, retry, reply.waited)
         renewed = options.renewed(self.config)
         on_sync_client = client is not None
-        if client is None and renewed:
-            # The renewal thread runs on the sync client: the one of the settings the call was made under.
-            client = get_client()
+        if client is None:
+            client = renewing
         permit = Permit(
             client=client,
             name=self.name,

@@ -30,7 +30,7 @@ from django.utils.translation import gettext as _
 
 from ..core.ascii_numbers import ascii_int
 from ..core.conf import MAX_LIMIT
-from ..core.errors import OUTAGE_ERRORS, is_refusal, reason
+from ..core.errors import OUTAGE_ERRORS, is_refusal, misconfigured, reason
 from ..core.replies import Holder
 from ..core.safe_text import for_terminal
 from ..core.semaphore import PAUSED_RETRY_AFTER, Semaphore, get_semaphore
@@ -165,7 +165,9 @@ def _decorate(model_admin: DashboardAdmin, row: dict[str, Any]) -> dict[str, Any
 
 
 def _unavailable(model_admin: DashboardAdmin, request: HttpRequest, exc: Exception) -> HttpResponse:
-    if is_refusal(exc):
+    if misconfigured(exc):
+        message = _("The Redis connection is misconfigured: %(error)s") % {"error": reason(exc)}
+    elif is_refusal(exc):
         message = _("Redis refused the command: %(error)s") % {"error": reason(exc)}
     else:
         message = _("Redis is unreachable: %(error)s") % {"error": reason(exc)}

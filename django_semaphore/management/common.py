@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from django.core.management.base import CommandError
 from redis.exceptions import RedisError
 
-from ..core.errors import is_outage, is_refusal, reason
+from ..core.errors import is_outage, is_refusal, misconfigured, reason
 from ..core.safe_text import for_terminal
 from ..core.semaphore import Semaphore, get_semaphore
 from ..exceptions import BackendUnavailable, UnknownSemaphore
@@ -40,7 +40,10 @@ def guarded(action: Callable[[], T]) -> T:
 
 
 def outage_line(error: Exception) -> str:
-    """Unreachable or refusing: the operator's next step differs (network, or the server's memory or disk)."""
+    """Misconfigured, unreachable or refusing: the operator's next step differs (the settings, the network, or
+    the server's memory or disk)."""
+    if misconfigured(error):
+        return f"The Redis connection is misconfigured: {reason(error)}"
     if is_refusal(error):
         return f"Redis refused the command: {reason(error)}"
     return f"Redis is unreachable: {reason(error)}"

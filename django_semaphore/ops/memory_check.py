@@ -1,4 +1,4 @@
-"""What the semaphore server's eviction policy puts at risk: E019, W006, W007, I001 (deployment checks).
+"""What the semaphore server's eviction policy puts at risk: E019, W006, W007, W010 (deployment checks).
 
 Eviction is per server. Once ``maxmemory`` is reached, Redis makes room by
 its ``maxmemory-policy``: ``allkeys-*`` may evict any key, a semaphore's
@@ -9,18 +9,21 @@ semaphore's partitions and every waiting line do; ``noeviction`` refuses
 writes instead, the semaphores' as well as a cache's, so a server the cache
 fills refuses every acquire (guarded requests then follow ``on_error``).
 
-Read with ``INFO memory`` (``CONFIG GET`` when that is refused): managed
-servers often deny one or both to the application's user, which is then
-reported as I001, never an error. Nothing is said when ``maxmemory`` is 0
-(nothing is evicted), nor about a server Redis cannot be reached on (E015
-says that). Registered with E015 under the ``django_semaphore_redis`` tag.
+Read with ``INFO memory`` (``CONFIG GET`` when that is refused). The
+docs' least-privilege ACL lines grant ``+info|memory`` for it (never
+``+config|get``, which reads the server's passwords too); a user denied
+both gets W010, a warning whose hint is the line that grants it (a server
+that refuses them to every user, as managed services may, gets where else
+to look). Nothing is said when ``maxmemory`` is 0 (nothing is evicted), nor
+about a server Redis cannot be reached on (E015 says that). Registered with
+E015 under the ``django_semaphore_redis`` tag.
 
 - E019 ``allkeys-*`` with a ``maxmemory``.
 - W006 ``volatile-*`` with a ``maxmemory`` (names the keyed semaphores).
 - W007 ``noeviction`` with a ``maxmemory`` on a server a cache alias of
   ``CACHES`` also uses (``SEMAPHORE_CONNECTION`` is ``"default"``, or another
   alias's ``LOCATION`` names the same host and port).
-- I001 the policy could not be read.
+- W010 the policy could not be read.
 """
 
 from __future__ import annotations
@@ -32,17 +35,19 @@ from urllib.parse import urlparse
 
 import redis
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Info, Warning
-from django.core.exceptions import ImproperlyConfigured
+from django.core.checks import CheckMessage, Error, Warning
 from redis.cluster import RedisCluster
 
 from ..core.checks import APP
 from ..core.clients import SyncClient
 from ..core.conf import app_setting
 from ..core.connection import get_client
-from ..core.errors import is_outage, reason
+from ..core.errors import is_acl_refusal, is_outage, reason
+from .acl_denials import acl_name, user_of
 from .redis_check import settings_sound
 
+# The narrowest grant that reads the policy on Redis 6.2, 7 and Valkey 8 (tests/ops/test_acl_lines.py).
+READ_POLICY = "+info|memory"
 EVICTS_ANY_KEY = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 EVICTS_EXPIRING_KEYS = ("volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl")
 HINT = (
@@ -58,12 +63,12 @@ def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     try:
         client = get_client()
         servers = _memory_settings(client)
-    except ImproperlyConfigured:
-        return []
+    except _Refused as refused:
+        return [_unreadable(client, refused.info, refused.config)]
     except redis.RedisError as exc:
-        if isinstance(exc, redis.ResponseError) or not is_outage(exc):
-            return [_unreadable(exc)]
-        return []  # unreachable: E015 says so
+        if is_outage(exc):
+            return []  # unreachable, or no connection can be made: E015 says so
+        return [_unreadable(client, exc)]
     evicting = [(maxmemory, policy, human) for maxmemory, policy, human in servers if maxmemory > 0]
     for policies, build in ((EVICTS_ANY_KEY, _any_key), (EVICTS_EXPIRING_KEYS, _expiring_keys)):
         for _maxmemory, policy, human in evicting:
@@ -76,6 +81,15 @@ def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     return []
 
 
+class _Refused(Exception):
+    """The server refused both ways of reading the policy."""
+
+    def __init__(self, info: redis.ResponseError, config: redis.ResponseError) -> None:
+        super().__init__(str(config))
+        self.info = info
+        self.config = config
+
+
 def _memory_settings(client: SyncClient) -> list[tuple[int, str, str]]:
     """(maxmemory in bytes, maxmemory-policy, maxmemory as Redis prints it) of each server behind ``client``."""
     try:
@@ -84,8 +98,11 @@ def _memory_settings(client: SyncClient) -> list[tuple[int, str, str]]:
             (int(info.get("maxmemory", 0)), str(info.get("maxmemory_policy", "")), str(info.get("maxmemory_human", "")))
             for info in found
         ]
-    except redis.ResponseError:
-        found = _per_server(client, lambda c, **k: c.config_get("maxmemory*", **k))
+    except redis.ResponseError as info_refused:
+        try:
+            found = _per_server(client, lambda c, **k: c.config_get("maxmemory*", **k))
+        except redis.ResponseError as config_refused:
+            raise _Refused(info_refused, config_refused) from config_refused
         return [
             (int(config.get("maxmemory", 0)), str(config.get("maxmemory-policy", "")), str(config.get("maxmemory")))
             for config in found
@@ -136,14 +153,31 @@ def _full_cache_refuses(aliases: list[str], human: str) -> CheckMessage:
     )
 
 
-def _unreadable(exc: BaseException) -> CheckMessage:
-    return Info(
-        f"Could not read the maxmemory-policy of the semaphores' Redis (INFO and CONFIG GET refused: {reason(exc)}). "
-        "Make sure it runs with maxmemory-policy noeviction and shares no server with a cache: under an evicting "
-        "policy, permits can vanish while held.",
-        hint=HINT,
-        id=f"{APP}.I001",
+def _unreadable(client: SyncClient, error: BaseException, config_error: BaseException | None = None) -> CheckMessage:
+    said = f"INFO memory: {reason(error)}; CONFIG GET: {reason(config_error)}" if config_error else reason(error)
+    if is_acl_refusal(error):
+        hint = (
+            f"Let the connection's user read INFO's memory section: {_grant_line(client)} (on Redis 6.2 and later, "
+            "Valkey; where that form is refused, +info); see the docs, servers.md (Least-privilege ACL users)."
+        )
+    else:
+        hint = (
+            "This server refuses INFO and CONFIG GET to every user (some managed services do): read maxmemory-policy "
+            "in the provider's console or parameter group, make it noeviction on a server of the semaphores' own, "
+            "then silence this warning (SILENCED_SYSTEM_CHECKS)."
+        )
+    return Warning(
+        f"Could not read the maxmemory-policy of the semaphores' Redis ({said}), so E019, W006 and W007 cannot "
+        "tell: under an evicting policy (allkeys-*, volatile-*) permits can vanish while held and more requests "
+        "than the limit get in; under noeviction on a server a cache shares, a full cache refuses every acquire.",
+        hint=hint,
+        id=f"{APP}.W010",
     )
+
+
+def _grant_line(client: SyncClient) -> str:
+    """The ACL line that lets the connection's user read the policy, and only INFO's memory section."""
+    return f"ACL SETUSER {acl_name(user_of(client))} {READ_POLICY}"
 
 
 def _keyed_semaphores() -> list[str]:

@@ -14,6 +14,11 @@ for it (BLPOP), reads its status and the registry of partitions, and
 releases. Its keys, under ``<SEMAPHORE_KEY_PREFIX>{deploy-check:...}``,
 expire within seconds; its calls are not counted in the metrics (whose
 hash per name would outlive them), nor seen by their listeners.
+
+A refusal says what to do about it: an ACL's names what the ACL denies
+(found by ops/acl_denials.py where the server's reply does not say) and
+the ``ACL SETUSER`` line that grants it; the server's state (OOM,
+READONLY, MISCONF...) what to do about that, and nothing about ACLs.
 """
 
 from __future__ import annotations
@@ -21,26 +26,37 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis
 from django.core.checks import CheckMessage, Error
 
 from ..core.checks import APP, check_connection, check_engine_settings
-from ..core.conf import SemaphoreConfig, app_setting
-from ..core.errors import BackendUnavailable, is_refusal, reason
+from ..core.conf import SemaphoreConfig, app_setting, key_prefix
+from ..core.connection import described, get_client
+from ..core.errors import BackendUnavailable, is_acl_refusal, is_refusal, misconfigured, reason
 from ..core.semaphore import Semaphore
 from ..core.tally import uncounted
+from .acl_denials import HARMLESS, Denials, denied, user_of
 
 REDIS_TAG = "django_semaphore_redis"
 PROBE_NAME = "deploy-check"
 # Short enough that the probe's keys are gone within seconds, long enough for the probe itself.
 PROBE_SECONDS = 2.0
 PROBE_WAIT = 0.05
-ACL_HINT = (
-    "An ACL refusal names the command: grant it to the connection's user (the docs' servers page has "
-    "the least-privilege ACL line for each way the engine runs)."
-)
+SCRIPT_COMMANDS = ", ".join(command.upper() for command in HARMLESS)
+# What to do about a refusal that is the server's state, not an ACL, by its code.
+STATE_HINTS = {
+    "OOM": (
+        "The server is full (maxmemory reached under noeviction): free memory or raise maxmemory, and give the "
+        "semaphores a server of their own; see the docs, install.md (Where the permits live)."
+    ),
+    "READONLY": "SEMAPHORE_CONNECTION reaches a read-only replica: point it at the primary.",
+    "MISCONF": "Redis stopped writes after a failed RDB save: fix its disk or its save settings (its log says which).",
+    "BUSY": "A script has run past busy-reply-threshold: wait for it to end, or stop it (SCRIPT KILL).",
+    "NOREPLICAS": "Fewer replicas than min-replicas-to-write are connected: bring them back, or lower the setting.",
+}
+STATE_HINT = "The reply says why the server refuses: fix that, then run this check again."
+SERVERS_PAGE = "the docs' servers page has the least-privilege line for each way the engine runs"
 
 
 def settings_sound() -> bool:
@@ -51,36 +67,54 @@ def settings_sound() -> bool:
 def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     if not settings_sound():
         return []  # a wrong connection or prefix setting is reported by its own check
+    config = SemaphoreConfig(name=PROBE_NAME, limit=1, lease=PROBE_SECONDS, partition_idle=PROBE_SECONDS)
+    # A partition of its own (two checks may run at once) whose keys expire; given by its hash, it is
+    # not written to the name's registry of partitions (kept for days), only read from it.
+    sem = Semaphore(config, partition=uuid.uuid4().hex)
     step = "connect"
     probing = uncounted.set(True)
     try:
-        for name, run in _steps():
+        for name, run in _steps(sem):
             step = name
             run()
     except (BackendUnavailable, redis.RedisError) as exc:
-        refused = is_refusal(exc)
-        what = f"refused what the engine runs ({step})" if refused else "cannot be reached"
-        return [
-            _e015(
-                f"Redis {what} through SEMAPHORE_CONNECTION {_where()}: {reason(exc)}",
-                ACL_HINT
-                if refused
-                else "Start Redis, or fix the cache's LOCATION (or the URL or factory in SEMAPHORE_CONNECTION).",
-            )
-        ]
-    except (TypeError, ValueError) as exc:  # redis-py refusing the connection's options
-        return [_e015(f"SEMAPHORE_CONNECTION {_where()} cannot make a Redis connection: {exc}", _options_hint())]
+        return [_failed(exc, step, sem)]
     finally:
         uncounted.reset(probing)
     return []
 
 
-def _steps() -> list[tuple[str, Callable[[], object]]]:
+def _failed(error: Exception, step: str, sem: Semaphore) -> Error:
+    """E015 for what stopped ``step``: settings that make no connection, no answer, the server's state, an ACL."""
+    unusable = misconfigured(error)
+    if unusable is not None:
+        return _e015(f"{unusable.where} cannot make a Redis connection: {unusable.problem}", unusable.hint)
+    if not is_refusal(error):
+        return _e015(
+            f"Redis cannot be reached through {_where()}: {reason(error)}",
+            "Start Redis, or fix the cache's LOCATION (or the URL or factory in SEMAPHORE_CONNECTION).",
+        )
+    said = f"Redis refused what the engine runs ({step}) through {_where()}: {reason(error)}"
+    if not is_acl_refusal(error):
+        return _e015(said, STATE_HINTS.get(reason(error).split(" ", 1)[0], STATE_HINT))
+    try:
+        client = get_client()
+        denials = denied(client, reason(error), f"{sem.keys.base}acl:missing", f"{sem.keys.base}acl:string")
+    except redis.RedisError:
+        denials = Denials()
+    if not denials:
+        return _e015(
+            said,
+            f"Grant the connection's user what the engine runs ({SERVERS_PAGE}); the scripts run "
+            f"{SCRIPT_COMMANDS}. An administrator's ACL LOG names the command refused.",
+        )
+    prefix = key_prefix()
+    grant = denials.grant(user_of(client), prefix)
+    return _e015(f"{said} {denials.said(prefix)}", f"Grant it: {grant} ({SERVERS_PAGE}).")
+
+
+def _steps(sem: Semaphore) -> list[tuple[str, Callable[[], object]]]:
     """The engine's operations in the order a request meets them, each named for the report."""
-    config = SemaphoreConfig(name=PROBE_NAME, limit=1, lease=PROBE_SECONDS, partition_idle=PROBE_SECONDS)
-    # A partition of its own (two checks may run at once) whose keys expire; given by its hash, it is
-    # not written to the name's registry of partitions (kept for days), only read from it.
-    sem = Semaphore(config, partition=uuid.uuid4().hex)
     held: list[Any] = []
 
     def acquire() -> None:
@@ -90,7 +124,7 @@ def _steps() -> list[tuple[str, Callable[[], object]]]:
         ("acquire", acquire),
         ("wait", lambda: sem.acquire(wait=PROBE_WAIT)),  # full: waits in line (BLPOP), then leaves it
         ("status", sem.status),
-        ("list partitions", lambda: Semaphore(config).partitions(limit=1)),
+        ("list partitions", lambda: Semaphore(sem.config).partitions(limit=1)),
         ("release", lambda: held[0].release()),
     ]
 
@@ -99,27 +133,5 @@ def _e015(msg: str, hint: str) -> Error:
     return Error(msg, hint=hint, id=f"{APP}.E015")
 
 
-def _options_hint() -> str:
-    setting = app_setting("SEMAPHORE_CONNECTION")
-    if isinstance(setting, str) and setting.startswith("redis://") and _tls_options_in(setting):
-        return "TLS options (ssl_*) need a rediss:// URL."
-    return (
-        "Check the connection's options (TLS ones, ssl_*, need a rediss:// LOCATION, or 'ssl': True in "
-        "CONNECTION_POOL_KWARGS)."
-    )
-
-
-def _tls_options_in(url: str) -> bool:
-    return any(name.startswith("ssl") for name in parse_qs(urlsplit(url).query))
-
-
 def _where() -> str:
-    """The connection setting as an operator knows it, never with the URL's password or query."""
-    setting = app_setting("SEMAPHORE_CONNECTION")
-    if not isinstance(setting, str):
-        return f"({getattr(setting, '__qualname__', type(setting).__name__)})"
-    if "://" not in setting:
-        return repr(setting)
-    url = urlsplit(setting)
-    host = url.hostname or ""
-    return repr(urlunsplit((url.scheme, f"{host}:{url.port}" if url.port else host, url.path, "", "")))
+    return described("SEMAPHORE_CONNECTION", app_setting("SEMAPHORE_CONNECTION"))

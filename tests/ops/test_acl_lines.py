@@ -4,26 +4,38 @@ Under each, the engine (every operation, sync and async, keyed semaphores'
 registry included), the management commands and the deploy check work, in
 the way the line allows. The lines name exactly the commands the engine
 runs (read from the Lua files, plus the ones Python sends), and none newer
-than Redis 6.0, the lowest version supported.
+than Redis 6.0, the lowest version supported. And they let the deploy
+check read the eviction policy (``+info|memory``): a shared server under
+``noeviction`` is W007, one under ``allkeys-lru`` E019 (``manage.py check
+--deploy`` exits 1); a user without the grant gets W010, whose hint is the
+line that fixes it. What each grant the docs weigh reveals is tested here
+too, on whichever server the suite runs (Redis 7, Valkey 8, Redis 6.2).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import shlex
+import subprocess
+import sys
 from io import StringIO
 from pathlib import Path
 
 import pytest
 import redis
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 
 from django_semaphore import get_semaphore
 from django_semaphore.core import registry, scripts
 from django_semaphore.core.connection import get_client
 from django_semaphore.core.tally import tally
 from django_semaphore.metrics.reading import read as reading_read
-from django_semaphore.ops import redis_check
+from django_semaphore.ops import libraries, redis_check
+from django_semaphore.ops.acl_denials import HARMLESS
+from django_semaphore.ops.memory_check import check_eviction_policy
 from django_semaphore.testing import RedisServer, find_binary
 
 from ..conftest import OWN_SERVER_TIMEOUTS
@@ -131,6 +143,11 @@ def test_the_lines_name_exactly_what_the_engine_runs_and_nothing_newer_than_redi
     }
 
 
+def test_the_deploy_check_can_try_each_command_the_scripts_run_on_its_own() -> None:
+    """E015 names a command an ACL denies a script by sending each alone (ops/acl_denials.py): all of them."""
+    assert set(HARMLESS) == lua_commands()
+
+
 def apply(admin: redis.Redis, entry: str) -> str:
     """Run the docs' line (its password replaced) and return the user's name."""
     words = shlex.split(entry.replace(">CHANGE-ME", f">{modes.PASSWORD}"))
@@ -224,3 +241,134 @@ def test_the_evalsha_line_on_a_server_without_functions(settings) -> None:
     with modes.start_without(find_binary(), "fcall", "function") as server, redis.Redis.from_url(server.url) as admin:
         everything_works(settings, modes.user_url(server, apply(admin, APP_EVALSHA)))
         assert scripts.mode_of(get_client()) == "evalsha"
+
+
+# -- the eviction checks under the lines ---------------------------------------------------------
+
+APP_LINES = {"functions, loaded by the app": APP_LOADS, "functions, loaded by an operator": APP_CALLS}
+APP_LINES["evalsha"] = APP_EVALSHA
+READ_POLICY = "+info|memory"
+
+
+def test_the_app_lines_grant_the_memory_section_of_info_and_nothing_of_config() -> None:
+    for entry in APP_LINES.values():
+        words = entry.split()
+        assert READ_POLICY in words, entry
+        assert not any(word.startswith(("+config", "+@admin", "+@dangerous")) or word == "+info" for word in words)
+
+
+def deploy_check() -> str:
+    out, err = StringIO(), StringIO()
+    call_command("check", deploy=True, tags=[redis_check.REDIS_TAG], stdout=out, stderr=err)
+    return out.getvalue() + err.getvalue()
+
+
+def _evicting(admin: redis.Redis, policy: str) -> None:
+    admin.config_set("maxmemory-policy", policy)
+    admin.config_set("maxmemory", "64mb")
+
+
+def _as(settings, server: RedisServer, user: str) -> None:
+    settings.SEMAPHORE_CONNECTION = f"{modes.user_url(server, user)}?{OWN_SERVER_TIMEOUTS}"
+
+
+@pytest.mark.parametrize("which", sorted(APP_LINES))
+def test_under_each_app_line_the_eviction_checks_read_the_policy(
+    own_server: RedisServer, admin: redis.Redis, settings, which: str
+) -> None:
+    """The server is also a cache's: noeviction is W007; allkeys-lru is E019, which fails the check."""
+    entry = APP_LINES[which]
+    if "+fcall" in entry.split() and not modes.has_functions(admin):
+        pytest.skip("this server has no Redis Functions")
+    if entry == APP_CALLS:
+        libraries.load(admin)  # what `semaphore_scripts --load` does as the deployer, at each deploy
+    _as(settings, own_server, apply(admin, entry))
+    settings.CACHES = {
+        **settings.CACHES,
+        "pages": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": own_server.url,
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 1},
+        },
+    }
+    _evicting(admin, "noeviction")
+    said = deploy_check()
+    assert "django_semaphore.W007" in said and "'pages'" in said
+    assert "W010" not in said and "E015" not in said
+    _evicting(admin, "allkeys-lru")
+    with pytest.raises(SystemCheckError, match=r"django_semaphore\.E019") as failed:
+        deploy_check()
+    assert "E015" not in str(failed.value)
+
+
+def test_manage_py_check_deploy_exits_1_under_the_evalsha_line_on_a_shared_allkeys_lru_server(
+    own_server: RedisServer, admin: redis.Redis
+) -> None:
+    """As a team following servers.md to the letter runs it: the settings' cache is the semaphores' server."""
+    user = apply(admin, APP_EVALSHA)
+    _evicting(admin, "allkeys-lru")
+    env = {
+        **os.environ,
+        "REDIS_URL": f"{modes.user_url(own_server, user)}?{OWN_SERVER_TIMEOUTS}",
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "SEMAPHORE_KEY_PREFIX": "semaphore:",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "check", "--deploy", "--tag", redis_check.REDIS_TAG],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "django_semaphore.E019" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_user_without_the_grant_gets_w009_whose_hint_is_the_line_that_fixes_it(
+    own_server: RedisServer, admin: redis.Redis, settings
+) -> None:
+    user = apply(admin, " ".join(word for word in APP_EVALSHA.split() if word != READ_POLICY))
+    _as(settings, own_server, user)
+    _evicting(admin, "allkeys-lru")
+    [message] = check_eviction_policy()
+    assert message.id == "django_semaphore.W010" and message.level == logging.WARNING
+    assert "noeviction" in message.msg and "NOPERM" in message.msg
+    fix = re.findall(r"ACL SETUSER \S+ \S+", message.hint)
+    assert fix == [f"ACL SETUSER {user} {READ_POLICY}"]
+    assert "django_semaphore.W010" in deploy_check()  # a warning: reported, the check passes
+    admin.execute_command(*shlex.split(fix[0]))
+    assert [m.id for m in check_eviction_policy()] == ["django_semaphore.E019"]
+
+
+@pytest.mark.parametrize("grant", [READ_POLICY, "+info", "+config|get"])
+def test_each_grant_the_docs_weigh_lets_the_check_read_the_policy(
+    own_server: RedisServer, admin: redis.Redis, settings, grant: str
+) -> None:
+    words = [word for word in APP_EVALSHA.split() if word != READ_POLICY]
+    _as(settings, own_server, apply(admin, " ".join([*words, grant])))
+    _evicting(admin, "allkeys-lru")
+    assert [m.id for m in check_eviction_policy()] == ["django_semaphore.E019"]
+
+
+def test_what_each_grant_reveals(own_server: RedisServer, admin: redis.Redis) -> None:
+    """Why the lines grant ``+info|memory`` and never ``+config|get``, as docs/servers.md says."""
+    admin.config_set("masterauth", "the-primarys-password")
+    admin.execute_command("ACL", "SETUSER", "reads-config", "on", f">{modes.PASSWORD}", "-@all", "+config|get")
+    admin.execute_command("ACL", "SETUSER", "reads-memory", "on", f">{modes.PASSWORD}", "-@all", READ_POLICY)
+    with redis.Redis.from_url(modes.user_url(own_server, "reads-config")) as config:
+        # CONFIG GET reads every parameter, the passwords this server uses to reach its primary included.
+        assert config.config_get("masterauth") == {"masterauth": "the-primarys-password"}
+    with redis.Redis.from_url(modes.user_url(own_server, "reads-memory")) as memory:
+        assert memory.info("memory")["maxmemory_policy"]
+        for refused in (("INFO",), ("INFO", "server"), ("CONFIG", "GET", "masterauth")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                memory.execute_command(*refused)
+        version = int(str(admin.info("server")["redis_version"]).split(".")[0])
+        if version >= 7:
+            # Redis 7 and Valkey take several sections, and the ACL looks at the first argument only.
+            assert "redis_version" in memory.execute_command("INFO", "memory", "server")
+        else:
+            with pytest.raises(redis.exceptions.ResponseError, match="syntax error"):
+                memory.execute_command("INFO", "memory", "server")

@@ -343,6 +343,8 @@ def test_e015_names_a_refusal_and_never_a_password(settings) -> None:
     assert message.id == "django_semaphore.E015" and "OOM" in message.msg
     assert "refused what the engine runs (acquire)" in message.msg
     assert "not-the-password" not in message.msg
+    # A full server, not an ACL: the hint says what to do about memory, and nothing about ACLs.
+    assert "maxmemory" in message.hint and "ACL" not in message.hint and "ACL" not in message.msg
 
 
 def test_e015_leaves_a_wrong_connection_setting_to_its_own_check(settings) -> None:

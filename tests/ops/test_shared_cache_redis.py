@@ -22,9 +22,10 @@ import redis
 from django_semaphore import Permit, get_semaphore, signals
 from django_semaphore.core.semaphore import Semaphore
 from django_semaphore.ops.memory_check import check_eviction_policy
-from django_semaphore.testing import RedisServer
+from django_semaphore.testing import RedisServer, find_binary
 
 from ..conftest import OWN_SERVER_TIMEOUTS
+from ..support import modes
 from ..support.recorded import recorded
 
 pytestmark = pytest.mark.processes
@@ -101,8 +102,17 @@ def test_a_server_that_will_not_tell_its_policy_is_reported_not_a_crash(
     admin.acl_setuser("app", enabled=True, passwords=["+app-pw"], keys=["~*"], commands=["+@all", "-config", "-info"])
     settings.SEMAPHORE_CONNECTION = f"redis://app:app-pw@127.0.0.1:{own_server.port}/0?{OWN_SERVER_TIMEOUTS}"
     [message] = check_eviction_policy()
-    assert message.id == "django_semaphore.I001" and "noeviction" in message.msg
-    assert message.level == logging.INFO
+    assert message.id == "django_semaphore.W010" and "noeviction" in message.msg
+    assert message.level == logging.WARNING and "ACL SETUSER app +info|memory" in message.hint
+
+
+def test_a_server_that_refuses_info_and_config_to_everyone_gets_where_else_to_look(settings) -> None:
+    """Some managed services rename or disable them: no ACL line can help, the provider's console can."""
+    with modes.start_without(find_binary(), "info", "config") as server:
+        settings.SEMAPHORE_CONNECTION = f"{server.url}?{OWN_SERVER_TIMEOUTS}"
+        [message] = check_eviction_policy()
+    assert message.id == "django_semaphore.W010" and "unknown command" in message.msg
+    assert "console" in message.hint and "ACL" not in message.hint
 
 
 def test_an_unreachable_server_is_left_to_e015(own_server: RedisServer) -> None:
