@@ -35,7 +35,7 @@ lint-ruff: $(STAMP)
 lint-format: $(STAMP)
 	$(BIN)/ruff format --check .
 lint-duplicates: $(STAMP)
-	$(BIN)/pylint django_semaphore
+	$(BIN)/python .ci/repeated_code.py --allowed .ci/repeated_code_allowed django_semaphore
 lint-types: $(STAMP)
 	$(BIN)/mypy
 
