@@ -6,7 +6,7 @@ DJANGO ?= Django>=5.2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo load test lint docs dist bench clean
+.PHONY: demo load test lint lint-ruff lint-format lint-duplicates lint-types docs dist bench ci clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is required"'
@@ -22,13 +22,21 @@ demo: $(STAMP)
 load: $(STAMP)
 	$(BIN)/python example_project/loadgen.py $(LOAD_ARGS)
 
+# In parallel (pytest-xdist): each worker starts its own server; a module's tests stay on one worker.
+# TEST_WORKERS=0 runs the suite in this one process.
+TEST_WORKERS ?= 4
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
-lint: $(STAMP)
+# Each part on its own too, for .pre-commit-config.yaml: the hooks run exactly these.
+lint: lint-ruff lint-format lint-duplicates lint-types
+lint-ruff: $(STAMP)
 	$(BIN)/ruff check .
+lint-format: $(STAMP)
 	$(BIN)/ruff format --check .
-	$(BIN)/pylint django_semaphore
+lint-duplicates: $(STAMP)
+	$(BIN)/python .ci/repeated_code.py --allowed .ci/repeated_code_allowed django_semaphore
+lint-types: $(STAMP)
 	$(BIN)/mypy
 
 # The documentation in docs/_build/html; any warning (a broken link or anchor) fails it.
@@ -43,6 +51,10 @@ dist: $(STAMP)
 
 bench: $(STAMP)
 	@$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+# CI's jobs (.ci/run): all of them, or JOB="lint docs" for some; the GitHub workflow runs one a job.
+ci:
+	bash .ci/run $(JOB)
 
 clean:
 	rm -rf $(VENV) .pytest_cache dist docs/_build

@@ -6,6 +6,7 @@ and a ``REDIS_URL`` you point the suite at is never flushed.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import uuid
 from collections.abc import Iterator
@@ -130,6 +131,32 @@ def way(request: pytest.FixtureRequest, redis_client: redis.Redis) -> modes.Way:
         pytest.skip("this server has no Redis Functions")
     modes.add_users(redis_client)
     return way
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Under pytest-xdist, a test marked ``alone`` runs with no other test beside it, on any worker.
+
+    Every other test holds a shared lock while it runs (set-up and teardown included); an ``alone`` test
+    holds it exclusively. A turnstile taken before either keeps new tests from starving a waiting
+    ``alone`` one. Outermost (``tryfirst``), so the wait is not counted in pytest-timeout's limit.
+    """
+    if not hasattr(item.config, "workerinput"):
+        yield  # one process: every test already runs alone
+        return
+    # The run's temporary root, shared by its workers (each has its own folder in it); pytest removes it.
+    scratch = item.config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+    alone = item.get_closest_marker("alone") is not None
+    with open(scratch / "turnstile", "a") as turnstile, open(scratch / "running", "a") as running:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(running, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(running, fcntl.LOCK_UN)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -1,4 +1,5 @@
-"""Every code block in README.md, CHANGELOG.md and docs/ runs (or is checked) here, so the docs cannot rot.
+"""Every code block in the top-level pages (README.md, CHANGELOG.md, CONTRIBUTING.md, SECURITY.md) and docs/ runs
+(or is checked) here, so the docs cannot rot.
 
 - ``python`` blocks headed ``# settings.py``, or that define ``SEMAPHORES``,
   are settings: executed, then validated the way ``manage.py check`` would.
@@ -50,7 +51,8 @@ from django_semaphore.web.rules import rule_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-PAGES = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *(p for p in DOCS.rglob("*.md") if "_build" not in p.parts)])
+TOP_PAGES = ("README.md", "CHANGELOG.md", "CONTRIBUTING.md", "SECURITY.md")
+PAGES = sorted([*(ROOT / name for name in TOP_PAGES), *(p for p in DOCS.rglob("*.md") if "_build" not in p.parts)])
 README_MAX_LINES = 150
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 EXCERPT = re.compile(r"^# (example_project/[\w/]+)\.py \(excerpt\)\n")
