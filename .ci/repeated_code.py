@@ -26,9 +26,10 @@ from pathlib import Path
 
 MIN_LINES = 6
 TOO_COMMON = 8
-# Lines that declare rather than do: a field (`name: int`, `limit: int | None = None`) or a list's item
-# (`"reports",`). Six fields in a row are a record, not a copied block.
-DECLARATION = re.compile(r"^(N : N( [|.\[\],] ?N?)*( = (N|S|0))?|[-+]?[SN0] ,?)$")
+# Lines that declare rather than do: a field (`name: int`, `limit: int | None = None`), a list's item
+# (`"reports",`), a table's row (`"hget": ("HGET", MISSING),`), a class's head and its decorators. Six
+# fields in a row are a record, and records of one shape are not a copied block.
+DECLARATION = re.compile(r"^(N : N( [|.\[\],] ?[N0]?)*( = [NS0])?|[-+]?[SN0] ,?|S : .* ,|class N( \(.*\))? :|@ .*)$")
 LUA_KEYWORDS = frozenset(
     (
         "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto", "if",
@@ -56,7 +57,9 @@ def python_lines(text: str) -> list[Line]:
     previous = tokenize.NEWLINE
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         kind, value, (row, _), _, _ = token
-        if kind == tokenize.NAME:
+        if kind == tokenize.NAME and value in ("None", "True", "False"):
+            shapes[row].append("0")  # a constant, like a number
+        elif kind == tokenize.NAME:
             shapes[row].append(value if keyword.iskeyword(value) else "N")
         elif kind == tokenize.STRING:
             if previous not in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.NL):
