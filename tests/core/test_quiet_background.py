@@ -28,10 +28,12 @@ from django.test import Client
 from django_semaphore import BackendUnavailable, get_semaphore
 from django_semaphore.core.renewal import renewer
 from django_semaphore.core.tally import tally
+from django_semaphore.signals import semaphore_lost
 from django_semaphore.testing import RedisServer, ServerNotFound, find_binary
 
 from ..support import modes
 from ..support.guards import declare
+from ..support.recorded import recorded
 
 APP_USER, APP_PASSWORD = "quiet-app", "quiet-pw"
 # Every way a script reaches the server, and the library's loading: the test itself sends none of them.
@@ -118,6 +120,41 @@ def idle_growth(admin: redis.Redis, seconds: float) -> tuple[int, int]:
 
 def outage_records(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [record.getMessage() for record in caplog.records if record.name == "django_semaphore.outages"]
+
+
+def stopped_looking(caplog: pytest.LogCaptureFixture) -> bool:
+    return any("so it stops looking" in message for message in outage_records(caplog))
+
+
+def test_a_refused_process_stops_calling_redis_once_nothing_is_left_to_mend(
+    app: None, admin: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    held = get_semaphore("guarded").acquire()  # renewed in the background every third of its 2 s lease
+    released = get_semaphore("sitewide").acquire(auto_renew=False)
+    assert held is not None and released is not None
+    admin.execute_command("ACL", "SETUSER", APP_USER, "-time")  # every script reads the server's clock
+    admin.acl_log_reset()
+    before = script_calls(admin)
+    with caplog.at_level(logging.INFO, logger="django_semaphore"), recorded(semaphore_lost) as lost:
+        client = Client()
+        for _ in range(5):  # refused requests: let through (on_error="allow"), counted, their acquires cleaned up
+            response = client.get("/surface/reported/", headers={"Accept": "application/json"})
+            assert response.json()["outcome"] == "error_allowed"
+        with pytest.raises(BackendUnavailable):
+            released.release()  # retried in the background until its lease would have ended
+        took = settle(lambda: bool(lost) and renewer.pending() == 0 and stopped_looking(caplog))
+        settled = script_calls(admin) - before
+        calls, denials = idle_growth(admin, IDLE_WINDOW)
+    print(
+        f"refused: {settled} script calls and {acl_denials(admin)} ACL denials until the process had nothing left "
+        f"to mend ({took:.1f} s); then {calls} calls and {denials} denials in {IDLE_WINDOW:g} s of server time"
+    )
+    for message in outage_records(caplog):
+        print("  ", message)
+    assert (calls, denials) == (0, 0)
+    # The held permit's renewals stopped with its lease: it is lost, and says so.
+    assert [event["reason"] for event in lost] == ["expired"] and held.lost
+    assert tally.pending()["attempts"]  # the counts wait for a call that Redis answers, not a timer
 
 
 @pytest.mark.parametrize("refused", [False, True], ids=["answering", "refused"])
