@@ -87,8 +87,8 @@ class OutageWatch:
         try:
             scripts.run_loaded(get_client(), Calls.of(config, target.partition).status(0, False))
         except scripts.NotLoaded:
-            if target.refusal:
-                outage_log.stop_looking()
+            if target.refusal:  # whether it still refuses, only the library would say: a call that loads it
+                outage_log.stop_looking("the semaphores' library is gone from the server, and a look does not load it")
             else:
                 outage_log.answered()
         except Exception as exc:

@@ -235,10 +235,19 @@ class OutageLog:
         self._tell(records, False)
         return None if records else look
 
-    def stop_looking(self) -> None:
-        """A look could not tell whether Redis is back (its code is gone): leave it to the next call."""
+    def stop_looking(self, why: str = "") -> None:
+        """A look could not tell whether Redis is back: leave it to the next call (``why``: said once, if given)."""
+        record = None
         with self._lock:
+            if self._watched and why and self._open:
+                record = (
+                    f"Redis still unavailable after {self._clock() - self._started:.0f} s ({self._cause}), as far "
+                    f"as this process can tell: {why}, so it stops looking: the next call that Redis answers ends "
+                    "this outage."
+                )
             self._watched = False
+        if record:
+            logger.warning("%s", record)
 
     # -- the records --------------------------------------------------------------------------------------
 

@@ -164,6 +164,7 @@ def test_an_idle_process_never_reloads_the_library_an_operator_flushed(
     with redis.Redis.from_url(settings.SEMAPHORE_CONNECTION) as app_client:
         if not modes.has_functions(app_client):
             pytest.skip("no Redis Functions for the app's user on this server")
+    settings.SEMAPHORE_OUTAGE_LOG_INTERVAL = 30  # the outage watch still looks when the operator flushes
     sem = get_semaphore("guarded")
     sem.acquire(auto_renew=False).release()  # the library is loaded
     if refused:
@@ -180,6 +181,9 @@ def test_an_idle_process_never_reloads_the_library_an_operator_flushed(
         loads = library_loads(admin)
         calls, _ = idle_growth(admin, 10.0)
         assert (library_loads(admin), admin.function_list()) == (loads, []), f"reloaded ({calls} script calls)"
+        # Refused, then the library gone: whether the refusal is over, only a call that loads it can tell.
+        gone = [message for message in outage_records(caplog) if "library is gone" in message]
+        assert len(gone) == refused and all("so it stops looking" in message for message in gone), gone
         # The next real call loads it again.
         if refused:
             with pytest.raises(BackendUnavailable):
