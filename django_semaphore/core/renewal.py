@@ -5,7 +5,12 @@ settles calls whose outcome Redis never confirmed.
 failed renewal still leaves time for another before the server reclaims it. A
 renewal that finds the lease gone marks the permit lost and never re-acquires:
 someone else may hold that permit by now. A permit that reached its max hold
-is not renewed past it, and is marked lost when its last lease ends.
+is not renewed past it, and is marked lost when its last lease ends. A
+renewal Redis does not answer (or refuses) is tried again after
+``RETRY_AFTER_ERROR``, then twice as long each time, at most an eighth of the
+lease apart (jittered: core/backoff.py), until the lease ends as this process
+last learned it from the server; then nothing can renew it any more, and the
+permit is marked lost ("expired") rather than tried for good.
 
 **Reconciliation.** An acquire or release that timed out or lost its
 connection may still run in Redis (a hung server runs what it buffered when it
@@ -13,7 +18,18 @@ resumes), or may never have run. Either way a permit could be left held by
 nobody until its lease ends, which for a long lease means minutes of
 turned-away requests. Such a call's clean-up (leave the line and give back
 what that call was granted; or the release itself) is retried here until Redis
-answers, so capacity comes back within moments of Redis doing so.
+answers, within its window (the permit's lease: after it the server has
+reclaimed what the call may hold). The retries back off as renewals do, at
+most an eighth of the shortest window waiting apart.
+
+**After an outage.** While Redis fails, each retry waits longer than the one
+before; once any call of the process finds Redis answering, every postponed
+renewal and clean-up is tried at once, so capacity comes back within moments
+of Redis doing so whenever the process is in use. And the thread keeps the
+outage log's account (core/outages.py): it looks at Redis itself while an
+outage lasts and nothing else does (core/outage_watch.py), and records the
+outage's end when it is due. Once no permit is left to renew, no clean-up
+waits and the watch has ended, it calls Redis for nothing.
 
 **Jobs of their own.** It writes the metrics' counts once per interval
 (core/tally.py), and has the answers of releases sent without waiting for
@@ -41,17 +57,21 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 
 from . import bounded, scripts
+from .backoff import retry_delay
 from .calls import ScriptCall
 from .clients import SyncClient
 from .connection import get_client
 from .errors import BackendUnavailable, is_outage
+from .outage_watch import OutageWatch
 from .outages import RENEWAL, outage_log
 
 logger = logging.getLogger("django_semaphore.renewal")
 
-# After a failed round (Redis unreachable), try again this soon: the lease
-# still has two thirds of its time left.
+# After a failed renewal or clean-up (Redis unreachable, or refusing), try again this soon, then twice
+# as long each time (core/backoff.py), at most this fraction of the lease or window apart: a renewal
+# still has two thirds of its lease left when it first fails, and a handful of tries fit in each.
 RETRY_AFTER_ERROR = 0.5
+RETRY_SPREAD = 8
 # Clean-ups kept at most; beyond, the oldest is dropped (its lease or heartbeat ends it).
 MAX_PENDING = 10_000
 # The thread looks at least this often (seconds), even with nothing due: a permit whose first
@@ -76,6 +96,7 @@ class Renewable(Protocol):
     name: str
     final: bool
     expires_at: float
+    lease: float
 
     def renew(self) -> bool: ...
 
@@ -95,6 +116,8 @@ class Settlement:
     on_reply: Callable[[Any], object] | None = None
     # The sync client of the call it cleans up after (None: the settings' when it runs).
     client: SyncClient | None = None
+    # Seconds it was given: an eighth of it is the longest pause between two of its tries.
+    window: float = 0.0
 
 
 class Background:
@@ -108,7 +131,11 @@ class Background:
         # Weak: a permit its owner dropped without releasing is no longer
         # renewed, so the server reclaims it when its lease ends.
         self._due: weakref.WeakKeyDictionary[Renewable, float] = weakref.WeakKeyDictionary()
+        # Failed renewals in a row, of the permits whose last renewal failed.
+        self._failing: weakref.WeakKeyDictionary[Renewable, int] = weakref.WeakKeyDictionary()
         self._pending: deque[Settlement] = deque()
+        # Failed rounds of clean-ups in a row (each round stops at its first failure).
+        self._settle_failures = 0
         # The clean-up taken off ``_pending`` and not over yet: still pending to whoever waits for its effect.
         # drop_pending forgets it too, so an outage does not put it back.
         self._settling: Settlement | None = None
@@ -121,8 +148,12 @@ class Background:
         # Calls of this process blocked in line (core/waits.py): the thread looks more often meanwhile.
         self._in_line = 0
         # Jobs run once at a time of their own, by name: the metrics' next batch (core/tally.py), the
-        # reading of replies that releases sent without waiting for (core/bounded.py's posts).
+        # reading of replies that releases sent without waiting for (core/bounded.py's posts), the
+        # outage watch's next look and the outage's end (core/outage_watch.py).
         self._jobs: dict[str, tuple[float, Callable[[], object]]] = {}
+        # Jobs to run once a call of this process finds Redis answering after an outage, by name.
+        self._after_outage: dict[str, Callable[[], object]] = {}
+        self.watch = OutageWatch(self.run_at)
 
     # -- renewal ----------------------------------------------------------
 
@@ -160,6 +191,7 @@ class Background:
             return
         with self._wakeup:
             self._due.pop(permit, None)
+            self._failing.pop(permit, None)
 
     def _schedule(self, permit: Renewable, at: float) -> None:
         with self._wakeup:
@@ -195,7 +227,7 @@ class Background:
             if len(self._pending) >= MAX_PENDING:
                 dropped = self._pending.popleft()
                 logger.warning("Too many unsettled calls; dropping %s (its lease or heartbeat ends it)", dropped.call)
-            self._pending.append(Settlement(call, now + within, first_try, on_reply, client))
+            self._pending.append(Settlement(call, now + within, first_try, on_reply, client, within))
             self._ensure_thread()
             if first_try < self._asleep_until:
                 self._wakeup.notify()
@@ -212,6 +244,40 @@ class Background:
             self._ensure_thread()
             if at < self._asleep_until:
                 self._wakeup.notify()
+
+    def after_outage(self, name: str, job: Callable[[], object]) -> None:
+        """Run ``job`` on this thread once a call of this process finds Redis answering after an outage.
+
+        For work that can wait for that rather than try Redis on a timer (the
+        metrics' counts a flush could not write): with no traffic and no
+        outage ending, it never calls Redis.
+        """
+        with self._wakeup:
+            self._after_outage[name] = job
+
+    # -- the outage log's account (core/outages.py's Watcher) -------------------------------------
+
+    def outage_down(self) -> None:
+        """Redis stopped answering: the watch looks at it now and then."""
+        self.watch.down()
+
+    def outage_answered(self, end_due: float) -> None:
+        """Redis answered after failing: every postponed renewal, clean-up and job is tried now."""
+        with self._wakeup:
+            now = time.monotonic()
+            for permit in list(self._failing):
+                if permit in self._due:
+                    self._due[permit] = min(self._due[permit], now)
+            self._failing.clear()
+            for waiting in self._pending:
+                waiting.next_try = min(waiting.next_try, now)
+            self._settle_failures = 0
+            for name, job in self._after_outage.items():
+                self._jobs[name] = (now, job)
+            self._after_outage.clear()
+            self._ensure_thread()
+            self._wakeup.notify()
+        self.watch.answered(end_due)
 
     def run_unhurried(self, name: str, job: Callable[[], object]) -> None:
         """Run ``job`` when this thread next looks on its own (within two ``LOOK_EVERY``), unless one of that
@@ -281,19 +347,34 @@ class Background:
                 renewed = permit.renew()
             except BackendUnavailable as exc:
                 outage_log.unavailable(permit.name, exc, RENEWAL)  # one account of the outage, not a line per try
-                next_at = time.monotonic() + RETRY_AFTER_ERROR
+                next_at = self._retry_renewal(permit)
             except Exception:  # a bug must not kill the thread that guards every permit
                 logger.exception("Renewing %r failed", permit)
-                next_at = time.monotonic() + RETRY_AFTER_ERROR
+                next_at = self._retry_renewal(permit)
             else:
+                with self._wakeup:
+                    self._failing.pop(permit, None)
                 if not renewed:  # released or lost meanwhile: due no more, whoever tracked it again
                     with self._wakeup:
                         self._due.pop(permit, None)
                     continue
                 next_at = permit.next_renewal()
+            if next_at is None:  # its lease is over: no renewal can save it now
+                permit.mark_lost(reason="expired")
+                continue
             with self._wakeup:
                 if permit in self._due:
                     self._due[permit] = next_at
+
+    def _retry_renewal(self, permit: Renewable) -> float | None:
+        """When to try a failed renewal again (backing off, the lease's end at the latest); None: it has ended."""
+        now = time.monotonic()
+        if now >= permit.expires_at:
+            return None
+        with self._wakeup:
+            failures = self._failing[permit] = self._failing.get(permit, 0) + 1
+        pause = retry_delay(failures, RETRY_AFTER_ERROR, max(RETRY_AFTER_ERROR, permit.lease / RETRY_SPREAD))
+        return min(now + pause, permit.expires_at)
 
     def _settle(self) -> None:
         """Run the due clean-ups in order; the first outage postpones the rest (they would fail too)."""
@@ -318,20 +399,34 @@ class Background:
             return True
         try:
             reply = scripts.run(get_client() if job.client is None else job.client, job.call)
-            if job.on_reply is not None:
-                job.on_reply(reply)
         except Exception as exc:
             if not is_outage(exc):  # a bug must not kill the thread that guards every permit
                 logger.exception("Settling %s failed", job.call)
                 return True
-            with self._wakeup:
-                if self._settling is not job:  # dropped meanwhile: neither put back nor a reason to wait
-                    return True
-                self._pending.appendleft(job)
-                self._settling = None  # back in the queue: counted once
-                for waiting in self._pending:
-                    waiting.next_try = now + RETRY_AFTER_ERROR
-            return False
+            outage_log.observed_down(exc)
+            return not self._postpone(job, now)
+        outage_log.answered()
+        with self._wakeup:
+            self._settle_failures = 0
+        if job.on_reply is not None:
+            try:
+                job.on_reply(reply)
+            except Exception:  # a bug must not kill the thread that guards every permit
+                logger.exception("Settling %s failed", job.call)
+        return True
+
+    def _postpone(self, job: Settlement, now: float) -> bool:
+        """Put a clean-up that met an outage back, and every one after a longer pause; False if it was dropped."""
+        with self._wakeup:
+            if self._settling is not job:  # dropped meanwhile: neither put back nor a reason to wait
+                return False
+            self._pending.appendleft(job)
+            self._settling = None  # back in the queue: counted once
+            self._settle_failures += 1
+            window = min(waiting.window for waiting in self._pending)
+            pause = retry_delay(self._settle_failures, RETRY_AFTER_ERROR, max(RETRY_AFTER_ERROR, window / RETRY_SPREAD))
+            for waiting in self._pending:
+                waiting.next_try = now + pause
         return True
 
 
@@ -345,3 +440,4 @@ def _current_client() -> SyncClient | None:
 
 
 renewer = Background()
+outage_log.watcher = renewer

@@ -19,7 +19,11 @@ is the body of one operation. From the same files come:
 Which one is decided per server and user, in each process, on the first
 call, and logged once; it is decided again when the server forgets what it had
 (``Function not found``, ``NOSCRIPT``), since the server may have changed
-(a failover to an upgraded replica, a library loaded by an operator). The
+(a failover to an upgraded replica, a library loaded by an operator). Only a
+call that needs the answer loads the library again: the background thread's
+own calls that can wait (the metrics' counts, its looks at Redis during an
+outage: ``load=False``) never do, so an operator's ``FUNCTION FLUSH`` is not
+undone behind their back while the site is idle. The
 state a script keeps between calls (the prelude's caches) is only ever a
 cache: an ``EVALSHA`` script starts from nothing on every call.
 
@@ -350,6 +354,10 @@ Step = Batch | Method
 Exchange = Generator[Step, Any, Any]
 
 
+class NotLoaded(ResponseError):
+    """The server lacks the library (``Function not found``), and the call may not load it."""
+
+
 def _command(mode: str, call: ScriptCall, cached: set[str]) -> tuple[Any, ...]:
     head: tuple[Any, ...]
     if mode == FUNCTIONS:
@@ -368,10 +376,14 @@ def _other_way(mode: str, reply: object) -> bool:
     return isinstance(reply, NoScriptError)
 
 
-def exchange(client: SyncClient | AsyncClient, calls: list[ScriptCall], extra: list[tuple[Any, ...]]) -> Exchange:
+def exchange(
+    client: SyncClient | AsyncClient, calls: list[ScriptCall], extra: list[tuple[Any, ...]], *, load: bool = True
+) -> Exchange:
     """Run ``calls``, then ``extra`` (such as WAIT), in one round trip whichever way the server takes.
 
-    Returns the calls' replies and the extra commands' replies, errors as values.
+    Returns the calls' replies and the extra commands' replies, errors as values. ``load=False``: never
+    ``FUNCTION LOAD``; a call the server has no library for gets ``NotLoaded`` (scripts run with
+    ``EVALSHA`` as always: that way has nothing to install, a script is sent when the server lacks it).
     """
     state = state_of(client)
     mode = state.mode or FUNCTIONS
@@ -396,6 +408,9 @@ def exchange(client: SyncClient | AsyncClient, calls: list[ScriptCall], extra: l
                 state.decide(mode)
             return [results[i] for i in range(len(calls))], extra_replies
         problem = replies[pending.index(retry[0])]
+        if not load and missing(problem):
+            gone = NotLoaded(f"Not loaded again (a call that needs it will): {problem}")
+            return [gone if i in retry else results[i] for i in range(len(calls))], extra_replies
         pending = retry
         if mode == EVALSHA:  # NOSCRIPT: the cache was lost; send the sources, and decide again next time
             state.sent.clear()
@@ -653,10 +668,19 @@ async def _stale(connection: Any) -> bool:
         return True
 
 
-def run_pipeline(client: SyncClient, calls: list[ScriptCall]) -> list[Any]:
-    """Run several operations in one round trip (a dashboard's partitions); errors come back as values."""
-    replies, _ = _drive(client, exchange(client, calls, []))
+def run_pipeline(client: SyncClient, calls: list[ScriptCall], *, load: bool = True) -> list[Any]:
+    """Run several operations in one round trip (a dashboard's partitions); errors come back as values.
+
+    ``load=False``: never loading the library (``exchange``); a call it is missing for gets ``NotLoaded``.
+    """
+    replies, _ = _drive(client, exchange(client, calls, [], load=load))
     return list(replies)
+
+
+def run_loaded(client: SyncClient, call: ScriptCall) -> Any:
+    """Run one operation without ever loading the library: ``NotLoaded`` if the server has none."""
+    (reply,), _ = _drive(client, exchange(client, [call], [], load=False))
+    return raised(reply)
 
 
 async def arun_pipeline(client: AsyncClient, calls: list[ScriptCall]) -> list[Any]:

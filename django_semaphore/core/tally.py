@@ -12,9 +12,15 @@ API is installed) hear each call as it ends.
 
 A flush that Redis does not answer keeps its counts for the next one: an
 outage's errors are counted here, per process, and reach Redis when it
-answers again. A flush whose reply is lost is sent again and may count twice;
-a process killed outright loses what it counted since its last flush (at most
-one interval). A forked child starts from nothing, so a pre-forking server's
+answers again. That next flush is not tried on a timer (a process refused by
+its ACL would call Redis once per interval for as long as it lives, with no
+traffic): it comes one interval after the next call counted, or as soon as
+a call of the process finds Redis answering after an outage. A flush never
+loads the library (``load=False``): one an operator removed is loaded again
+by the next call that needs it, never by the metrics; the counts wait for it.
+A flush whose reply is lost is sent again and may count twice; a process
+killed outright loses what it counted since its last flush (at most one
+interval). A forked child starts from nothing, so a pre-forking server's
 workers never count their parent's calls twice.
 """
 
@@ -240,7 +246,8 @@ class Tally:
             return
         names = sorted({key[0] for key in attempts} | {key[0] for key in holds})
         try:
-            replies = scripts.run_pipeline(get_client(), [_flush_call(name, attempts, holds) for name in names])
+            calls = [_flush_call(name, attempts, holds) for name in names]
+            replies = scripts.run_pipeline(get_client(), calls, load=False)
         except Exception as exc:
             if not is_outage(exc):
                 logger.exception("Writing the metrics' counts to Redis failed")
@@ -253,11 +260,13 @@ class Tally:
             )
 
     def _keep(self, attempts: dict[tuple[str, str, str], list[int]], holds: dict[tuple[str, str], list[int]]) -> None:
-        """Counts a flush could not write, added back for the next one."""
+        """Counts a flush could not write, added back for the next one (see the module's docstring for when)."""
+        from .renewal import renewer
+
         with self._lock:
             _merge(self._attempts, attempts)
             _merge(self._holds, holds)
-        self._schedule()
+        renewer.after_outage("metrics", self._schedule)
 
     def pending(self) -> dict[str, Any]:
         """What this process counted and has not written yet (for tests and the benchmarks)."""

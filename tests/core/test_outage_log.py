@@ -8,23 +8,31 @@ Redis answers.
 
 from __future__ import annotations
 
+import json
 import logging
+import multiprocessing
+import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from django.test import Client
 
 from django_semaphore import BackendUnavailable, get_semaphore
-from django_semaphore.core.outages import LET_THROUGH, REFUSED, RELEASE, RENEWAL, OutageLog
+from django_semaphore.core.outage_watch import MOST_BETWEEN_LOOKS
+from django_semaphore.core.outages import LET_THROUGH, RECOVERED_AFTER, REFUSED, RELEASE, RENEWAL, OutageLog
 from django_semaphore.testing import RedisServer
 
+from ..support import outage_worker
 from ..support.guards import declare
 from ..support.load import Workers
 
+spawn = multiprocessing.get_context("spawn")
 OUTAGE_SECONDS = 5.0
 MOST_RECORDS = 20
 
@@ -76,6 +84,9 @@ def test_a_five_second_outage_under_load_is_a_handful_of_records(settings, own_s
         load.until(lambda: any(outcome in ("acquired", "full") for _, outcome, _ in load.since(back)))
         # Enforcement, not luck: the limit turns requests away again.
         load.until(lambda: sum(outcome == "acquired" for _, outcome, _ in load.since(back)) >= 8)
+    with caplog.at_level(logging.DEBUG, logger="django_semaphore"):
+        # The end is recorded once Redis has answered RECOVERED_AFTER (by a request, or the background thread).
+        load.until(lambda: any("Redis answered again" in record.getMessage() for record in semaphore_records(caplog)))
     enforced = min(at for at, outcome, _ in load.since(back) if outcome in ("acquired", "full"))
     during = Counter(outcome for _, outcome, _ in load.since(frozen) if _ < back)
     records = semaphore_records(caplog)
@@ -89,7 +100,7 @@ def test_a_five_second_outage_under_load_is_a_handful_of_records(settings, own_s
     assert len(records) <= MOST_RECORDS
     messages = [record.getMessage() for record in records if record.name == "django_semaphore.outages"]
     assert "an outage begins" in messages[0] and "on_error='allow'" in messages[0]
-    assert any("Redis answers again after an outage of" in message and LET_THROUGH in message for message in messages)
+    assert any("Redis answered again" in message and LET_THROUGH in message for message in messages)
     assert enforced - back < 1.0
 
 
@@ -107,6 +118,89 @@ def test_a_failed_release_is_told_truthfully(client: Client, settings, own_serve
     assert "releasing a permit of 'guarded' (retried in the background" in message, message
     assert "<Permit" not in message and "on_error='allow'" in message
     assert repr(permit).endswith("release unconfirmed>")
+
+
+def sleep_until(moment: float) -> None:
+    time.sleep(max(moment - time.time(), 0.0))
+
+
+def kind_of(message: str) -> str:
+    return "start" if "an outage begins" in message else "end" if "Redis answered again" in message else "other"
+
+
+def records_of(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.processes
+def test_two_outages_nine_seconds_apart_are_told_by_every_worker_as_they_happen(
+    settings, own_server: RedisServer, key_prefix: str, tmp_path: Path
+) -> None:
+    """Issue 30, item 5, as it was met: two worker processes, a 5 s outage and a 3 s one 9 s apart, requests only
+    in the first moments of each. Each worker tells both outages, start and end, the end without a request."""
+    logs = [tmp_path / f"worker-{index}.jsonl" for index in range(2)]
+    queues = [(spawn.Queue(), spawn.Queue()) for _ in logs]
+    processes = [
+        spawn.Process(
+            target=outage_worker.serve, args=(key_prefix, settings.SEMAPHORE_CONNECTION, str(log), commands, answers)
+        )
+        for log, (commands, answers) in zip(logs, queues, strict=True)
+    ]
+
+    def requests(seconds: float) -> list[list[str]]:
+        for commands, _ in queues:
+            commands.put(seconds)
+        return [answers.get(timeout=120) for _, answers in queues]
+
+    outages: list[tuple[float, float]] = []
+    try:
+        for process in processes:
+            process.start()
+        assert all("acquired" in outcomes for outcomes in requests(0.3))
+        for seconds, then in ((5.0, 9.0), (3.0, 0.0)):
+            own_server.stop()
+            stopped = time.time()
+            assert all(outcomes and set(outcomes) == {"error_allowed"} for outcomes in requests(0.5))
+            sleep_until(stopped + seconds)
+            own_server.start()
+            outages.append((stopped, time.time()))
+            sleep_until(outages[-1][1] + then)
+        # No request from here on.
+        deadline = time.time() + 60
+        while time.time() < deadline and not all(
+            sum("Redis answered again" in record["message"] for record in records_of(log)) == 2 for log in logs
+        ):
+            time.sleep(0.2)
+    finally:
+        for commands, _ in queues:
+            commands.put(None)
+        for process in processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+    print(
+        "outages: "
+        + ", ".join(f"+{stopped - outages[0][0]:.1f} s for {started - stopped:.1f} s" for stopped, started in outages)
+    )
+    for index, log in enumerate(logs):
+        records = records_of(log)
+        print(f"worker {index}:")
+        for record in records:
+            print(f"  +{record['at'] - outages[0][0]:5.1f} s  {record['message']}")
+        kinds = [kind_of(record["message"]) for record in records]
+        assert kinds == ["start", "end", "start", "end"], kinds
+        for (stopped, started), end in zip(outages, records[1::2], strict=True):
+            # From the first request that failed (moments after the stop) to the first answer seen: a look comes
+            # at most a quarter of the outage's age after the last (plus a loaded machine's slack).
+            told = re.search(r"after an outage of ([\d.]+) s", end["message"])
+            seconds = started - stopped
+            assert told is not None and seconds - 1.5 <= float(told[1]) <= seconds * 1.25 + 3, (seconds, end)
+            assert "in between" not in end["message"]
+            # Told by the background thread, within its looks' pause and RECOVERED_AFTER of Redis answering.
+            assert end["at"] - started <= RECOVERED_AFTER + MOST_BETWEEN_LOOKS + 4, end
 
 
 # -- the account itself, on a clock of the test's own --------------------------
@@ -151,7 +245,9 @@ def test_a_start_one_summary_per_interval_and_an_end(clock_log, caplog) -> None:
                 log.unavailable("guarded", down(), RELEASE)
             clock.now += 1
         log.answered()
-        log.answered()  # a healthy call: nothing more to say
+        log.answered()  # Redis answers, but not for long enough yet: nothing more to say
+        clock.now += RECOVERED_AFTER
+        log.answered()  # it has answered RECOVERED_AFTER: the end
     start, *summaries, end = outage_messages(caplog)
     assert start.startswith("Redis unavailable (Connection refused): an outage begins, first met by")
     assert "semaphore 'guarded' on GET /search/: on_error='allow' lets guarded work run unguarded" in start
@@ -159,12 +255,12 @@ def test_a_start_one_summary_per_interval_and_an_end(clock_log, caplog) -> None:
     assert "Redis still unavailable: for 10 s" in summaries[0]
     assert "'guarded' (on_error='allow'): 51 let through unguarded, 1 renewals failed" in summaries[0]
     assert "'sitewide' (on_error='deny'): 10 refused" in summaries[0]
-    assert "Redis answers again after an outage of 35.0 s" in end
+    assert "Redis answered again 3 s ago, after an outage of 35.0 s (Connection refused)" in end
     assert "'guarded' (on_error='allow'): 175 let through unguarded, 4 renewals failed, 4 releases left" in end
     assert "'sitewide' (on_error='deny'): 35 refused" in end
 
 
-def test_a_flapping_server_is_still_a_handful_of_records_per_interval(clock_log, caplog) -> None:
+def test_a_flapping_server_is_one_episode_with_its_downtime_told_apart(clock_log, caplog) -> None:
     clock, log = clock_log
     with caplog.at_level(logging.DEBUG, logger="django_semaphore"):
         for _ in range(1000):  # 100 s of one call failing, the next answered
@@ -172,10 +268,104 @@ def test_a_flapping_server_is_still_a_handful_of_records_per_interval(clock_log,
             clock.now += 0.05
             log.answered()
             clock.now += 0.05
+        clock.now += RECOVERED_AFTER
+        log.tick()
     messages = outage_messages(caplog)
-    assert len(messages) <= 3 * 100 / 10 + 2, messages
+    assert len(messages) <= 100 / 10 + 2, messages
     assert "an outage begins" in messages[0]
-    assert any("brief recoveries" in message or "in between, briefly" in message for message in messages)
+    assert "time(s) in between, briefly" in messages[1]
+    told = re.search(r"outage of ([\d.]+) s, down for ([\d.]+) s of it: it answered 999 time\(s\)", messages[-1])
+    assert told is not None, messages[-1]
+    assert float(told[1]) == pytest.approx(100, abs=0.1) and float(told[2]) == pytest.approx(50, abs=0.1)
+
+
+class Timed(logging.Handler):
+    """Each outage record with the test clock's time when it was written."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.records: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((self.clock.now, record.getMessage()))
+
+
+@pytest.fixture
+def timed(clock_log) -> Iterator[Timed]:
+    handler = Timed(clock_log[0])
+    logger = logging.getLogger("django_semaphore.outages")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_two_outages_nine_seconds_apart_are_two_episodes_each_told_when_it_happens(clock_log, timed) -> None:
+    """Issue 30, item 5: a 5 s outage and a 3 s one, 9 s apart, were one line of "17.0 s with 1 brief recovery",
+    written when a request came a minute later. A call every half second throughout, failing while Redis is down."""
+    clock, log = clock_log
+    for tenth in range(0, 400, 5):  # 40 s
+        clock.now = 1000 + tenth / 10
+        if tenth < 50 or 140 <= tenth < 170:
+            log.unavailable("guarded", down(), LET_THROUGH)
+        else:
+            log.answered()
+    told = [(at - 1000, message) for at, message in timed.records]
+    assert [at for at, _ in told] == [0, 5 + RECOVERED_AFTER, 14, 17 + RECOVERED_AFTER], told
+    (_, first_start), (_, first_end), (_, second_start), (_, second_end) = told
+    assert "an outage begins" in first_start and "an outage begins" in second_start
+    assert "Redis answered again 3 s ago, after an outage of 5.0 s (Connection refused)" in first_end
+    assert "10 let through unguarded" in first_end
+    assert "Redis answered again 3 s ago, after an outage of 3.0 s (Connection refused)" in second_end
+    assert "6 let through unguarded" in second_end
+
+
+def test_a_brief_recovery_is_told_apart_from_the_downtime(clock_log, timed) -> None:
+    clock, log = clock_log
+    for tenth in range(0, 200, 5):
+        clock.now = 1000 + tenth / 10
+        if tenth < 50 or 60 <= tenth < 80:  # down 5 s, answers for 1 s, down 2 s more
+            log.unavailable("guarded", down(), LET_THROUGH)
+        else:
+            log.answered()
+    (_, _start), (at, end) = timed.records
+    assert at - 1000 == 8 + RECOVERED_AFTER
+    assert "outage of 8.0 s, down for 7.0 s of it: it answered 1 time(s) in between, for 1.0 s in all" in end
+
+
+def test_with_no_call_the_background_thread_records_the_end_when_it_is_due(clock_log, timed) -> None:
+    """The looks of the background thread (core/outage_watch.py) tell what no request does; its tick writes the end."""
+    clock, log = clock_log
+    log.unavailable("guarded", down(), LET_THROUGH)  # the last request for a while
+    for look in (0.25, 0.6, 1.2, 2.0, 3.3):
+        clock.now = 1000 + look
+        log.observed_down(down(), look=True)
+    clock.now = 1005.2
+    log.answered()  # a look finds Redis answering
+    clock.now = 1005.2 + RECOVERED_AFTER
+    log.tick()
+    (_, start), (at, end) = timed.records
+    assert at == clock.now and "an outage begins" in start
+    assert "after an outage of 5.2 s (last seen unavailable 1.9 s before it answered)" in end
+
+
+def test_an_idle_process_stops_looking_after_one_interval_and_its_next_call_ends_the_outage(clock_log, timed) -> None:
+    clock, log = clock_log
+    log.unavailable("guarded", down(), LET_THROUGH)
+    clock.now += 5
+    assert log.to_look_at() is not None
+    clock.now += 5  # one interval (10 s) since the last call that needed Redis
+    assert log.to_look_at() is None
+    assert log.to_look_at() is None  # said once
+    clock.now += 300
+    log.answered()  # the next call, five minutes on
+    clock.now += RECOVERED_AFTER
+    log.answered()
+    _start, stopped, end = (message for _, message in timed.records)
+    assert "nothing in this process has needed it for 10 s, so it stops looking" in stopped
+    assert "after an outage of 310.0 s (last seen unavailable 310.0 s before it answered)" in end
 
 
 def test_a_later_outage_starts_with_a_record_of_its_own(clock_log, caplog) -> None:
@@ -188,26 +378,13 @@ def test_a_later_outage_starts_with_a_record_of_its_own(clock_log, caplog) -> No
         log.unavailable("sitewide", down("Timeout reading from socket"), REFUSED)
         clock.now += 1
         log.answered()
+        clock.now += RECOVERED_AFTER
+        log.tick()
     first_start, first_end, second_start, second_end = outage_messages(caplog)
     assert "an outage begins" in first_start and "outage of 2.0 s" in first_end
+    assert "Redis answered again 3600 s ago" in first_end  # no call came sooner: recorded late, and says so
     assert "Timeout reading from socket" in second_start and "on_error='deny' refuses guarded work" in second_start
     assert "outage of 1.0 s" in second_end
-
-
-def test_an_outage_soon_after_the_last_is_told_by_the_summary_not_a_start_of_its_own(clock_log, caplog) -> None:
-    clock, log = clock_log
-    with caplog.at_level(logging.DEBUG, logger="django_semaphore"):
-        log.unavailable("guarded", down(), LET_THROUGH)
-        clock.now += 1
-        log.answered()  # the end is recorded
-        clock.now += 3
-        for _ in range(20):  # again, 3 s later, for 20 s
-            log.unavailable("guarded", down(), LET_THROUGH)
-            clock.now += 1
-        log.answered()
-    _start, _end, summary, *rest = outage_messages(caplog)
-    assert "Redis unavailable again soon after the last outage" in summary
-    assert rest and "Redis answers again" in rest[-1]
 
 
 def test_the_engine_stays_quiet_while_redis_answers(settings, caplog) -> None:
@@ -245,6 +422,8 @@ def test_the_failure_policy_pages_example_is_what_the_log_says(settings, caplog)
                 log.unavailable("reports", error, RELEASE)
         clock.now = 95.3
         log.answered()
+        clock.now += RECOVERED_AFTER
+        log.tick()  # the background thread, when the end is due
     written = [f"WARNING {r.name}: {r.getMessage()}" for r in caplog.records if r.name == "django_semaphore.outages"]
     page = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "failure-policy.md").read_text()
     shown = page.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
