@@ -55,7 +55,7 @@ from django.utils.module_loading import import_string
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from . import bounded, errors, scripts, signals
+from . import bounded, errors, scripts, signals, tls_contexts
 from .calls import ScriptCall
 from .clients import AsyncClient, SyncClient
 from .conf import app_setting
@@ -215,9 +215,9 @@ def get_async_client() -> AsyncClient:
         if factory is not None:
             client = factory()
         elif isinstance(setting, str) and "://" in setting:
-            client = redis.asyncio.Redis.from_url(setting)
+            client = tls_contexts.share_contexts(redis.asyncio.Redis.from_url(setting))
         else:
-            client = _async_from_sync(get_client())
+            client = tls_contexts.share_contexts(_async_from_sync(get_client()))
         per_loop[cache_key] = client
     return client
 
