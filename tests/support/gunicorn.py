@@ -63,7 +63,8 @@ class _WebServer(_Group):
 class Gunicorn(_WebServer):
     """``gunicorn`` with ``settings`` (a module path), ``workers`` x ``threads`` (gthread when threads > 1).
 
-    ``worker_class`` names another (``"gevent"``); ``timeout`` is gunicorn's own (30 s when not given).
+    ``worker_class`` names another (``"gevent"``); ``timeout`` is gunicorn's own (30 s when not given);
+    ``preload`` loads Django before the workers fork (a worker's boot counts against a short timeout).
     """
 
     def __init__(
@@ -75,6 +76,7 @@ class Gunicorn(_WebServer):
         threads: int = 4,
         worker_class: str | None = None,
         timeout: float | None = None,
+        preload: bool = False,
     ) -> None:
         port = free_port()
         arguments = ["gunicorn", "django.core.wsgi:get_wsgi_application()", "--bind", f"127.0.0.1:{port}"]
@@ -82,6 +84,8 @@ class Gunicorn(_WebServer):
         arguments += ["--worker-class", worker_class or ("gthread" if threads > 1 else "sync")]
         if timeout is not None:
             arguments += ["--timeout", f"{timeout:g}"]
+        if preload:
+            arguments.append("--preload")
         super().__init__(settings, env, port, [*arguments, "--log-level", "warning"])
 
 
