@@ -215,10 +215,11 @@ def get_async_client() -> AsyncClient:
         if factory is not None:
             client = factory()
         elif isinstance(setting, str) and "://" in setting:
-            client = tls_contexts.share_contexts(redis.asyncio.Redis.from_url(setting))
+            client = redis.asyncio.Redis.from_url(setting)
         else:
-            client = tls_contexts.share_contexts(_async_from_sync(get_client()))
-        per_loop[cache_key] = client
+            client = _async_from_sync(get_client())
+        # Its TLS connections share one SSL context (core/tls_contexts.py), a factory's too.
+        per_loop[cache_key] = client = tls_contexts.share_contexts(client)
     return client
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import inspect
 import os
 import threading
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
@@ -40,6 +40,7 @@ from redis.asyncio.connection import RedisSSLContext, SSLConnection
 # Options -> (the certificate files' stamps, the context their connections share): the latest per options.
 _shared: dict[str, tuple[str, RedisSSLContext]] = {}
 _lock = threading.Lock()
+Client = TypeVar("Client")
 # Held while a sync connection builds a shared context: the threads that need it meanwhile wait for that one
 # rather than each building it again (16 threads of a cold worker did).
 _building = threading.Lock()
@@ -106,12 +107,13 @@ class SharedContextSSLConnection(SSLConnection):
         self.ssl_context = shared_context(self.ssl_context)
 
 
-def share_contexts(client: Any) -> Any:
+def share_contexts(client: Client) -> Client:
     """``client`` (a redis.asyncio client), its TLS connections made to share their SSL contexts.
 
     Only a pool of redis-py's own TLS connections is changed (a ``rediss://``
-    location, or one made with ``ssl=True``); a Sentinel or Cluster client, or
-    one whose connections are of another class, is left as it is.
+    location, or one made with ``ssl=True``, the engine's or a factory's); a
+    Sentinel or Cluster client, or one whose connections are of another class,
+    is left as it is.
     """
     pool = getattr(client, "connection_pool", None)
     if isinstance(client, redis.asyncio.Redis) and pool is not None and pool.connection_class is SSLConnection:

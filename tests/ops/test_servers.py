@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import AsyncClient
@@ -113,7 +114,7 @@ def _url_with_tls_options(tls_port: int, certificates: tls.Certificates) -> str:
     return f"rediss://127.0.0.1:{tls_port}/0?{query}"
 
 
-@pytest.mark.parametrize("location", ["cache alias", "url"])
+@pytest.mark.parametrize("location", ["cache alias", "url", "factory"])
 @pytest.mark.usefixtures("tls_cache")
 def test_the_asyncio_clients_tls_connections_share_one_ssl_context(
     settings, tls_port: int, certificates: tls.Certificates, location: str
@@ -123,6 +124,9 @@ def test_the_asyncio_clients_tls_connections_share_one_ssl_context(
     (tests/system/test_tls_cold_start.py)."""
     if location == "url":
         settings.SEMAPHORE_CONNECTION = _url_with_tls_options(tls_port, certificates)
+    if location == "factory":
+        url = _url_with_tls_options(tls_port, certificates)
+        settings.SEMAPHORE_ASYNC_CONNECTION = lambda: redis.asyncio.Redis.from_url(url)
 
     async def contexts() -> set[int]:
         connections = await _opened_together(4)
