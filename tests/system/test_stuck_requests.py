@@ -39,7 +39,7 @@ from ..support.polling import wait_until
 pytestmark = pytest.mark.processes  # starts gunicorn and uvicorn, which kill or keep their stuck workers
 
 # gunicorn's --timeout, SEMAPHORE_WEB_LEASE and SEMAPHORE_WEB_MAX_HOLD of the site, and how long its view is stuck.
-TIMEOUT, LEASE, MAX_HOLD, STUCK_FOR = 2.0, 2.0, 8.0, 10.0
+TIMEOUT, LEASE, MAX_HOLD, STUCK_FOR = 2.0, 2.0, 7.0, 7.5
 # gunicorn's arbiter looks at its workers' heartbeats about once a second.
 ARBITER = 1.0
 # What a loaded machine adds to a bound: a late look of the arbiter, the time between two status reads.
