@@ -22,7 +22,8 @@ the new files.
 
 The context is built by redis-py's own ``RedisSSLContext`` from the
 connection's ``ssl_*`` options. A sync connection with an option it does
-not build (OCSP checks, or one a newer redis-py adds) keeps redis-py's class
+not build as redis-py's sync code would (OCSP checks, an option a newer
+redis-py adds, a certificate file without a key file) keeps redis-py's class
 and its context per connection.
 """
 
@@ -75,7 +76,8 @@ _SYNC_DEFAULTS = {
 
 def shared_context(own: RedisSSLContext) -> RedisSSLContext:
     """The context connections with ``own``'s options (and certificate files as they are now) share."""
-    options = repr([getattr(own, name, None) for name in own.__slots__ if name != "context"])
+    names = getattr(type(own), "__slots__", None) or sorted(vars(own))
+    options = repr([(name, getattr(own, name, None)) for name in names if name != "context"])
     files = (getattr(own, name, None) for name in ("certfile", "keyfile", "ca_certs", "ca_path"))
     stamps = repr([_stamp(path) for path in files])
     with _lock:
@@ -136,6 +138,8 @@ def _context_options(options: dict[str, Any]) -> dict[str, Any] | None:
             built[_FROM_SYNC[option]] = value
         elif value not in (None, False):
             return None  # OCSP, or an option this module does not know: not shared
+    if (built.get("certfile") is None) != (built.get("keyfile") is None):
+        return None  # a certificate whose key is in the same file: redis-py 5's RedisSSLContext would skip it
     return built
 
 

@@ -149,9 +149,12 @@ def test_the_engines_sync_tls_connections_share_one_ssl_context() -> None:
 
 
 def test_a_sync_tls_option_a_shared_context_cannot_carry_keeps_redis_pys_own_connection() -> None:
-    """OCSP checks are made per connection by redis-py's class: shared, they would be skipped."""
+    """OCSP checks are made per connection by redis-py's class: shared, they would be skipped. And what
+    redis-py's sync and asyncio code do not read alike keeps the sync class."""
     assert tls_contexts.sync_connection_class(redis.SSLConnection, {"ssl_validate_ocsp": True}) is redis.SSLConnection
     assert tls_contexts.sync_connection_class(redis.SSLConnection, {"ssl_ca_certs": ""}) is redis.SSLConnection
+    # A certificate whose key is in the same file: redis-py's sync connection loads it, 5.x's asyncio context not.
+    assert tls_contexts.sync_connection_class(redis.SSLConnection, {"ssl_certfile": "/both.pem"}) is redis.SSLConnection
     plain = tls_contexts.sync_connection_class(
         redis.SSLConnection, {"ssl_ca_certs": "/ca.pem", "ssl_validate_ocsp": False}
     )
