@@ -42,7 +42,7 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
-from . import scripts
+from . import scripts, tls_contexts
 from .calls import ScriptCall
 from .clients import AsyncClient, SyncClient
 
@@ -132,7 +132,8 @@ class Connections:
     """Connections of one pool's kind, for calls with a deadline: connecting and reading bounded per call."""
 
     def __init__(self, pool: Any) -> None:
-        self._factory = pool.connection_class
+        # TLS: one SSL context for all of them (core/tls_contexts.py), not one built on every connect.
+        self._factory = tls_contexts.sync_connection_class(pool.connection_class, pool.connection_kwargs)
         # One attempt to connect: a retry's backoff would outlast the call's deadline.
         self._options = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0)}
         self.timeout: float | None = self._options.get("socket_timeout")

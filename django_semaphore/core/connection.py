@@ -67,7 +67,7 @@ from django.utils.module_loading import import_string
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from . import bounded, errors, scripts, signals
+from . import bounded, errors, scripts, signals, tls_contexts
 from .calls import ScriptCall
 from .clients import AsyncClient, SyncClient
 from .conf import app_setting
@@ -243,7 +243,8 @@ def get_async_client() -> AsyncClient:
     if client is None:
         explicit = _setting("SEMAPHORE_ASYNC_CONNECTION")
         try:
-            client = _new_async_client(explicit, setting)
+            # Its TLS connections share one SSL context (core/tls_contexts.py), a factory's too.
+            client = tls_contexts.share_contexts(_new_async_client(explicit, setting))
             pool = getattr(client, "connection_pool", None)
             if pool is not None and cache_key not in _sound_async:
                 _can_connect(pool)

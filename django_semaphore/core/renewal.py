@@ -140,6 +140,8 @@ class Background:
         # drop_pending forgets it too, so an outage does not put it back.
         self._settling: Settlement | None = None
         self._wakeup = threading.Condition()
+        # The threading module's Lock when the condition was made (see _lock_for_now).
+        self._made_under = threading.Lock
         self._thread: threading.Thread | None = None
         # When the thread will next look on its own (within LOOK_EVERY); waking
         # it earlier is only needed for work due before then (rare: leases are
@@ -155,6 +157,24 @@ class Background:
         self._after_outage: dict[str, Callable[[], object]] = {}
         self.watch = OutageWatch(self.run_at)
 
+    def _lock_for_now(self) -> None:
+        """Make the lock again if threading was monkey-patched since it was made, and no thread runs yet.
+
+        gunicorn's gevent worker patches threading after forking, so with
+        ``--preload`` the lock made at import (and again at fork) is the C
+        RLock, which takes every greenlet of the thread for its owner: the
+        thread, started from under it, got in beside the greenlet that held
+        it, and every guarded request met "cannot release un-acquired lock"
+        (a 500, its permit kept). Made after the patch, it is gevent's. The
+        thread starts with the first permit, job or clean-up, so nothing is
+        queued before it: only the count of calls in line is kept.
+        """
+        if threading.Lock is self._made_under or self._thread is not None:
+            return
+        in_line = self._in_line
+        self._reset()
+        self._in_line = in_line
+
     # -- renewal ----------------------------------------------------------
 
     def track(self, permit: Renewable, at: float | None = None) -> None:
@@ -163,6 +183,7 @@ class Background:
 
     def reschedule(self, permit: Renewable) -> None:
         """Its lease length changed: renew on the new schedule, if this thread renews it at all."""
+        self._lock_for_now()
         with self._wakeup:  # reentrant: _schedule takes it too, and a forget() cannot slip in between
             if permit in self._due:
                 self._schedule(permit, permit.next_renewal())
@@ -174,6 +195,7 @@ class Background:
         The thread is woken here if it sleeps longer, on the waiter's way into
         its wait (which blocks anyway), not on the hand-off's way out of it.
         """
+        self._lock_for_now()
         try:
             with self._wakeup:
                 self._in_line += 1
@@ -194,6 +216,7 @@ class Background:
             self._failing.pop(permit, None)
 
     def _schedule(self, permit: Renewable, at: float) -> None:
+        self._lock_for_now()
         with self._wakeup:
             self._due[permit] = at
             self._ensure_thread()
@@ -223,6 +246,7 @@ class Background:
             client = _current_client()
         now = time.monotonic()
         first_try = now if soon else now + RETRY_AFTER_ERROR
+        self._lock_for_now()
         with self._wakeup:
             if len(self._pending) >= MAX_PENDING:
                 dropped = self._pending.popleft()
@@ -239,6 +263,7 @@ class Background:
 
         The metrics' counts (core/tally.py) are written so, once per interval.
         """
+        self._lock_for_now()
         with self._wakeup:
             self._jobs[name] = (at, job)
             self._ensure_thread()

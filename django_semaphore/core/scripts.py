@@ -260,6 +260,9 @@ class _ServerState:
     # Operations this process sent with EVAL since the server last answered NOSCRIPT: EVALSHA finds
     # them cached. The others go with EVAL (which caches them), rather than EVALSHA, NOSCRIPT, EVAL.
     sent: set[str] = field(default_factory=set)
+    # A call of this process is removing older libraries: the others that loaded the library meanwhile
+    # (a cold worker's first requests, all at once) leave it to that one.
+    pruning: bool = False
 
     def decide(self, mode: str, because: object = None) -> None:
         self.mode = mode
@@ -443,12 +446,25 @@ def _prune(client: SyncClient | AsyncClient) -> Exchange:
 
     Best effort: a user who may not list or delete libraries leaves them to
     ``semaphore_scripts --clean``. Safe even when wrong: a process whose
-    library is gone loads it again (or runs EVALSHA) on its next call.
+    library is gone loads it again (or runs EVALSHA) on its next call. One
+    call of a process at a time: the listing goes on the client's own pool,
+    where each of 16 threads that loaded the library at once opened a
+    connection of its own for it (over TLS, a handshake and an SSL context
+    each, eating into their requests' time).
     """
-    own = library()[0]
     state = state_of(client)
     state.beat_at = time.monotonic()
     yield Batch([heartbeat()])
+    if state.pruning:
+        return
+    state.pruning = True
+    try:
+        yield from _prune_others(library()[0])
+    finally:
+        state.pruning = False
+
+
+def _prune_others(own: str) -> Exchange:
     listed = yield Method("function_list", (), {"library": LIBRARY_PREFIX + "*"})
     if isinstance(listed, BaseException):
         return

@@ -20,6 +20,7 @@ from django.test import Client
 
 from django_semaphore import BackendUnavailable, Semaphore, get_semaphore
 from django_semaphore.core import scripts
+from django_semaphore.core.calls import ScriptCall
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.testing import RedisServer, find_binary
 
@@ -175,3 +176,27 @@ def _status_command_says_one_line(url: str) -> None:
     assert done.returncode == 1, done.stdout
     assert done.stderr.startswith("CommandError: Redis refused the command"), done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_calls_that_loaded_the_library_at_once_leave_the_older_libraries_to_one_of_them() -> None:
+    """A cold worker's first requests all find the library missing and load it; each then listed the libraries
+    on the client's own pool, a connection (over TLS, a handshake and an SSL context) each. One at a time
+    lists now: the others go on with their call."""
+    client = redis.Redis(host="127.0.0.1", port=1, db=15)  # never connected: the exchanges are driven by hand
+    call = ScriptCall("status", ["k"], [])
+    not_found = redis.ResponseError("Function not found")
+
+    def to_the_listing(exchange: scripts.Exchange) -> scripts.Step:
+        assert isinstance(next(exchange), scripts.Batch)  # FCALL
+        assert exchange.send([not_found]) == scripts.Method("function_load", (scripts.library()[1],), {"replace": True})
+        assert exchange.send(scripts.library()[0]) == scripts.Batch([scripts.heartbeat()])
+        return exchange.send(["OK"])
+
+    first, second = scripts.exchange(client, [call], []), scripts.exchange(client, [call], [])
+    listing = to_the_listing(first)
+    assert isinstance(listing, scripts.Method) and listing.name == "function_list"
+    again = to_the_listing(second)
+    assert isinstance(again, scripts.Batch) and again.commands[0][:2] == ("FCALL", scripts.function("status"))
+    assert first.send([]) == scripts.Batch([("FCALL", scripts.function("status"), 1, "k")])  # listed none: on it goes
+    third = scripts.exchange(client, [call], [])  # the first is done listing: a later load lists again
+    assert to_the_listing(third).name == "function_list"  # type: ignore[union-attr]

@@ -12,15 +12,18 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import AsyncClient
 
 from django_semaphore import get_semaphore
-from django_semaphore.core.connection import get_async_client
+from django_semaphore.core import bounded, tls_contexts
+from django_semaphore.core.connection import get_async_client, get_client
 from django_semaphore.core.tally import tally
 from django_semaphore.ops import redis_check
 from django_semaphore.testing import RedisServer, find_binary
@@ -42,12 +45,7 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> tls.Certificates:
 
 @pytest.fixture
 def tls_port(certificates: tls.Certificates) -> Iterator[int]:
-    binary = tls.tls_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("Debian's redis-server (built with TLS) is missing")
-        pytest.skip("no redis-server built with TLS")
-    server, port = tls.tls_server(binary, certificates)
+    server, port = tls.tls_server(tls.required_binary(), certificates)
     try:
         yield port
     finally:
@@ -100,6 +98,82 @@ def test_async_views_reach_a_tls_server_with_a_private_ca_as_the_sync_client_doe
         assert response.status_code == 200 and response.json() == {"outcome": "acquired"}
 
     asyncio.run(through_asyncio())
+
+
+async def _opened_together(count: int) -> list[Any]:
+    """``count`` connections of the asyncio client, opened at once (the pool makes one each), then given back."""
+    pool = get_async_client().connection_pool
+    connections = await asyncio.gather(*(pool.get_connection() for _ in range(count)))
+    for connection in connections:
+        await pool.release(connection)
+    return list(connections)
+
+
+def _url_with_tls_options(tls_port: int, certificates: tls.Certificates) -> str:
+    query = "&".join(f"{name}={value}" for name, value in tls_options(certificates).items())
+    return f"rediss://127.0.0.1:{tls_port}/0?{query}"
+
+
+@pytest.mark.parametrize("location", ["cache alias", "url", "factory"])
+@pytest.mark.usefixtures("tls_cache")
+def test_the_asyncio_clients_tls_connections_share_one_ssl_context(
+    settings, tls_port: int, certificates: tls.Certificates, location: str
+) -> None:
+    """Building one reads the system's CA store (tens of ms of CPU): per connection, a cold start's first
+    requests built them one after another on the event loop, past the connect timeout
+    (tests/system/test_tls_cold_start.py)."""
+    if location == "url":
+        settings.SEMAPHORE_CONNECTION = _url_with_tls_options(tls_port, certificates)
+    if location == "factory":
+        url = _url_with_tls_options(tls_port, certificates)
+        settings.SEMAPHORE_ASYNC_CONNECTION = lambda: redis.asyncio.Redis.from_url(url)
+
+    async def contexts() -> set[int]:
+        connections = await _opened_together(4)
+        return {id(connection.ssl_context.get()) for connection in connections}
+
+    assert len(asyncio.run(contexts())) == 1
+
+
+@pytest.mark.usefixtures("tls_cache")
+def test_the_engines_sync_tls_connections_share_one_ssl_context() -> None:
+    """redis-py's sync client builds one on every connect; 16 threads of a cold gunicorn worker built theirs
+    one after another, holding the GIL, and all 16 requests ran past their deadline, unguarded."""
+    connections = bounded.connections_for(get_client(), "cold")
+    taken = [connections.take(bounded.Deadline.after(2), []) for _ in range(3)]
+    try:
+        assert len({id(connection._sock.context) for connection in taken}) == 1
+    finally:
+        for connection in taken:
+            connections.give_back(connection)
+
+
+def test_a_sync_tls_option_a_shared_context_cannot_carry_keeps_redis_pys_own_connection() -> None:
+    """OCSP checks are made per connection by redis-py's class: shared, they would be skipped. And what
+    redis-py's sync and asyncio code do not read alike keeps the sync class."""
+    assert tls_contexts.sync_connection_class(redis.SSLConnection, {"ssl_validate_ocsp": True}) is redis.SSLConnection
+    assert tls_contexts.sync_connection_class(redis.SSLConnection, {"ssl_ca_certs": ""}) is redis.SSLConnection
+    # A certificate whose key is in the same file: redis-py's sync connection loads it, 5.x's asyncio context not.
+    assert tls_contexts.sync_connection_class(redis.SSLConnection, {"ssl_certfile": "/both.pem"}) is redis.SSLConnection
+    plain = tls_contexts.sync_connection_class(
+        redis.SSLConnection, {"ssl_ca_certs": "/ca.pem", "ssl_validate_ocsp": False}
+    )
+    assert plain is tls_contexts.SharedContextSyncSSLConnection
+
+
+@pytest.mark.usefixtures("tls_cache")
+def test_a_renewed_client_certificate_reaches_the_connections_opened_after_it(certificates: tls.Certificates) -> None:
+    async def contexts(count: int) -> set[int]:
+        return {id(connection.ssl_context.get()) for connection in await _opened_together(count)}
+
+    async def before_and_after() -> tuple[set[int], set[int]]:
+        before = await contexts(2)
+        renewed = certificates.client_cert.stat()
+        os.utime(certificates.client_cert, ns=(renewed.st_atime_ns, renewed.st_mtime_ns + 1_000_000_000))
+        return before, await contexts(3)  # the 2 open ones, and a new one
+
+    before, after = asyncio.run(before_and_after())
+    assert len(before) == 1 and before < after and len(after) == 2
 
 
 @pytest.mark.usefixtures("tls_cache")

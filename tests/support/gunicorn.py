@@ -1,4 +1,4 @@
-"""A real gunicorn serving a test site on a free loopback port, stopped by its own pid."""
+"""A real gunicorn (or uvicorn) serving a test site on a free loopback port, stopped by its own pid."""
 
 from __future__ import annotations
 
@@ -21,29 +21,13 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class Gunicorn(_Group):
-    """``gunicorn`` with ``settings`` (a module path), ``workers`` x ``threads`` (gthread when threads > 1)."""
+class _WebServer(_Group):
+    """A web server process of this test's own on ``self.port``, serving Django with ``settings``."""
 
-    def __init__(self, settings: str, *, env: dict[str, str], workers: int = 1, threads: int = 4) -> None:
-        self.port = free_port()
-        # The parent-death signal: a test run killed outright still stops its gunicorn.
-        self.command = [
-            *_stop_with_parent(),
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "django.core.wsgi:get_wsgi_application()",
-            "--bind",
-            f"127.0.0.1:{self.port}",
-            "--workers",
-            str(workers),
-            "--threads",
-            str(threads),
-            "--worker-class",
-            "gthread" if threads > 1 else "sync",
-            "--log-level",
-            "warning",
-        ]
+    def __init__(self, settings: str, env: dict[str, str], port: int, arguments: list[str]) -> None:
+        self.port, self.name = port, arguments[0]
+        # The parent-death signal: a test run killed outright still stops its server.
+        self.command = [*_stop_with_parent(), sys.executable, "-m", *arguments]
         self.env = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": settings}
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -52,11 +36,16 @@ class Gunicorn(_Group):
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, ready_path: str = "/") -> Self:
+        """Start it and wait for an answer on ``ready_path``; started already (``with server.start(path):``
+        enters it after), it is left as it is: a second one could not bind the port, and would be the one
+        ``close`` stopped."""
+        if self.process is not None and self.process.poll() is None:
+            return self
         self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"gunicorn exited at start with status {self.process.returncode}")
+                raise RuntimeError(f"{self.name} exited at start with status {self.process.returncode}")
             try:
                 with urllib.request.urlopen(self.base_url + ready_path, timeout=5):
                     return self
@@ -64,8 +53,47 @@ class Gunicorn(_Group):
                 return self  # it answers: any status will do
             except OSError:
                 time.sleep(0.1)
-        raise RuntimeError("gunicorn did not answer within 60 s")
+        raise RuntimeError(f"{self.name} did not answer within 60 s")
 
     def close(self) -> None:
         """Stop the server this object started, by its pid (SIGTERM, then SIGKILL)."""
         stop_process(self.process, timeout=15)
+
+
+class Gunicorn(_WebServer):
+    """``gunicorn`` with ``settings`` (a module path), ``workers`` x ``threads`` (gthread when threads > 1).
+
+    ``worker_class`` names another (``"gevent"``); ``timeout`` is gunicorn's own (30 s when not given);
+    ``preload`` loads Django before the workers fork (a worker's boot counts against a short timeout).
+    """
+
+    def __init__(
+        self,
+        settings: str,
+        *,
+        env: dict[str, str],
+        workers: int = 1,
+        threads: int = 4,
+        worker_class: str | None = None,
+        timeout: float | None = None,
+        preload: bool = False,
+    ) -> None:
+        port = free_port()
+        arguments = ["gunicorn", "django.core.wsgi:get_wsgi_application()", "--bind", f"127.0.0.1:{port}"]
+        arguments += ["--workers", str(workers), "--threads", str(threads)]
+        arguments += ["--worker-class", worker_class or ("gthread" if threads > 1 else "sync")]
+        if timeout is not None:
+            arguments += ["--timeout", f"{timeout:g}"]
+        if preload:
+            arguments.append("--preload")
+        super().__init__(settings, env, port, [*arguments, "--log-level", "warning"])
+
+
+class Uvicorn(_WebServer):
+    """``uvicorn`` (ASGI, one process) with ``settings`` (a module path)."""
+
+    def __init__(self, settings: str, *, env: dict[str, str]) -> None:
+        port = free_port()
+        arguments = ["uvicorn", "--factory", "django.core.asgi:get_asgi_application", "--host", "127.0.0.1"]
+        arguments += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
+        super().__init__(settings, env, port, arguments)

@@ -8,10 +8,13 @@ shipped in wheels are not.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from django_semaphore.testing import RedisServer, free_port
 
@@ -47,6 +50,16 @@ def make_certificates(folder: Path) -> Certificates:
 def tls_binary() -> str | None:
     """Debian's redis-server (built with TLS), if installed."""
     return shutil.which("redis-server")
+
+
+def required_binary() -> str:
+    """Debian's redis-server; without it the test is skipped (and fails under CI, which installs it)."""
+    binary = tls_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("Debian's redis-server (built with TLS) is missing")
+        pytest.skip("no redis-server built with TLS")
+    return binary
 
 
 def tls_server(binary: str, certificates: Certificates) -> tuple[RedisServer, int]:
