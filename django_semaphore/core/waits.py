@@ -131,8 +131,7 @@ def block(client: Any, request: AcquireRequest, step: Block, read_timeout: float
     read: list[Any] = []  # replies of earlier posts the connection carried, handed over once the wait ends
     try:
         connection = connections.take(deadline, read)
-        with renewer.in_line():
-            return _blocked(client, request, step, read_timeout, deadline, connections, connection)
+        return _blocked(client, request, step, read_timeout, deadline, connections, connection)
     finally:
         bounded.hand(read)
 
@@ -233,11 +232,6 @@ async def _awake_self(client: AsyncClient, request: AcquireRequest) -> None:
 
 
 async def ablock(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
-    with renewer.in_line():
-        return await _ablocked(client, request, step, read_timeout)
-
-
-async def _ablocked(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
     timeout = _cap(step.timeout, read_timeout)
     punctual = step.precise or step.at_expiry
     if not punctual or isinstance(client, AsyncRedisCluster):
