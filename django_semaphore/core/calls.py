@@ -208,7 +208,6 @@ class AcquireOptions:
             metadata=holder_metadata(self.label, self.metadata),
             wait=wait,
             waiter_ttl=config.waiter_ttl,
-            renewed_in_background=self.renewed(config),
             replicated=config.replicas > 0,
         )
 
@@ -324,8 +323,6 @@ class AcquireRequest:
     metadata: bytes
     wait: float
     waiter_ttl: float
-    # The background renewal will extend a permit handed over on a claim; else the flow must.
-    renewed_in_background: bool
     # Grants count only once replicas confirm them: a handed permit is confirmed by a renewal.
     replicated: bool
 
@@ -339,15 +336,22 @@ class AcquireRequest:
         """How long a permit a release hands this waiter lives until it renews it: one of its own TTLs.
 
         A waiter that died in line ties the permit that long at most; a live
-        one renews it as it reads the grant (posted, or by the renewal thread;
-        a waiter that must confirm, before its acquire returns).
+        one renews it to its full lease before its acquire returns (``must_confirm``).
         """
         return max(self.claim_ms // 2, 1)
 
     def must_confirm(self, alive: bool) -> bool:
-        """Whether a handed permit must be renewed before it is reported granted."""
-        on_claim = self.lease_ms > self.handed_claim_ms
-        return not alive or self.replicated or (on_claim and not self.renewed_in_background)
+        """Whether a handed permit must be renewed before it is reported granted.
+
+        Always when its lease is longer than the claim it was handed on: a
+        server stall past the claim, right after the grant, would otherwise
+        let the next caller reclaim the permit while this one, told it holds
+        it, is inside (a permit acquired directly survives such a stall: its
+        whole lease is in force when ``acquire`` returns). Within the claim,
+        only when the grant cannot be shown alive (``alive``, core/flow.py)
+        or replicas must confirm it.
+        """
+        return not alive or self.replicated or self.lease_ms > self.handed_claim_ms
 
     @property
     def wake_key(self) -> str:

@@ -13,7 +13,6 @@ from .adaptive import release_reply
 from .calls import Calls, ScriptCall
 from .clients import SyncClient
 from .conf import MAX_SECONDS
-from .errors import BackendUnavailable
 from .renewal import renewer
 from .replies import RenewReply, SemaphoreStatus
 from .tally import EXPIRED, MAX_HOLD, RELEASED, REVOKED, tally
@@ -151,36 +150,6 @@ class Permit:
             raise
         return self._released(reply)
 
-    def post_renewal(self) -> bool:
-        """Renew the lease now without waiting for Redis's answer; False (nothing sent): renew it another way.
-
-        For a permit handed over on a short claim, whose caller holds it
-        already: renewed at once, as the renewal thread would, but without
-        waking that thread on the hand-off's path (a thread switch, and the
-        GIL changing hands). Redis runs it before anything else sent on that
-        connection; its answer is read by the next call there (usually this
-        permit's release) or by the background thread, and does what
-        ``renew`` does with it. An answer that cannot be read has the thread
-        renew it at once.
-        """
-        if not self.held or self._client is None:
-            return False
-        lease_ms = self._lease_ms(None)
-        sent = time.monotonic()
-
-        def answered(reply: Any) -> None:
-            if self.held and not self._releasing and self._renewed(RenewReply.parse(reply), sent, lease_ms):
-                renewer.reschedule(self)  # from the claim's schedule to the full lease's
-
-        try:
-            return self._post(self._calls.renew(self.token, lease_ms), answered, self._renew_soon)
-        except BackendUnavailable:
-            return False
-
-    def _renew_soon(self) -> None:
-        if self.held and not self._releasing:  # a release forgot it already: it must not be renewed again
-            renewer.track(self, at=time.monotonic())
-
     def post_release(self) -> bool:
         """Give the permit back without waiting for Redis's answer; False (nothing done): use ``release``.
 
@@ -236,16 +205,6 @@ class Permit:
         if self.final:
             return self.expires_at
         return min(time.monotonic() + self.lease / 3, self.expires_at - self.lease / 3)
-
-    def claim_renewal(self) -> float:
-        """When the background renewal should renew a claim already renewed by ``post_renewal``, should that fail.
-
-        A quarter into what is left of it: the renewal thread looks that often
-        while a call of this process waits in line, so tracking it wakes no
-        thread, and three quarters are left for a retry.
-        """
-        now = time.monotonic()
-        return now + (self.expires_at - now) / 4
 
     def __enter__(self) -> Permit:
         return self

@@ -49,8 +49,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -78,12 +77,6 @@ MAX_PENDING = 10_000
 # renewal is due later than that (any lease of 3 s or more) is then tracked without waking it, so
 # a request's permit does not pay a thread switch (and the GIL changing hands) on the way in.
 LOOK_EVERY = 1.0
-# And this often while a call of this process waits in line: a permit handed to it on a claim of
-# one waiter TTL (1 s by default), renewed at once without waiting for the answer, is renewed here
-# a quarter into its claim should that answer not come (permit.py's post_renewal, claim_renewal),
-# so it is tracked without waking the thread on the hand-off's path either. Not always this often:
-# four looks a second cost an idle process about 1 ms of CPU a second, against 0.5 for one.
-LOOK_WHILE_WAITING = 0.25
 
 
 class Renewable(Protocol):
@@ -147,8 +140,6 @@ class Background:
         # it earlier is only needed for work due before then (rare: leases are
         # alike), which keeps short-lived permits from paying a thread switch each.
         self._asleep_until = 0.0
-        # Calls of this process blocked in line (core/waits.py): the thread looks more often meanwhile.
-        self._in_line = 0
         # Jobs run once at a time of their own, by name: the metrics' next batch (core/tally.py), the
         # reading of replies that releases sent without waiting for (core/bounded.py's posts), the
         # outage watch's next look and the outage's end (core/outage_watch.py).
@@ -167,13 +158,11 @@ class Background:
         it, and every guarded request met "cannot release un-acquired lock"
         (a 500, its permit kept). Made after the patch, it is gevent's. The
         thread starts with the first permit, job or clean-up, so nothing is
-        queued before it: only the count of calls in line is kept.
+        queued before it.
         """
         if threading.Lock is self._made_under or self._thread is not None:
             return
-        in_line = self._in_line
         self._reset()
-        self._in_line = in_line
 
     # -- renewal ----------------------------------------------------------
 
@@ -187,26 +176,6 @@ class Background:
         with self._wakeup:  # reentrant: _schedule takes it too, and a forget() cannot slip in between
             if permit in self._due:
                 self._schedule(permit, permit.next_renewal())
-
-    @contextmanager
-    def in_line(self) -> Iterator[None]:
-        """While a call waits in line, look every ``LOOK_WHILE_WAITING``: it may be handed a permit on a claim.
-
-        The thread is woken here if it sleeps longer, on the waiter's way into
-        its wait (which blocks anyway), not on the hand-off's way out of it.
-        """
-        self._lock_for_now()
-        try:
-            with self._wakeup:
-                self._in_line += 1
-                if self._asleep_until > time.monotonic() + LOOK_WHILE_WAITING:
-                    self._wakeup.notify()
-            yield
-        finally:
-            # Interrupted before counting, this leaves it one short: the thread then looks less often,
-            # and tracking a handed permit wakes it, as it would any permit due before its next look.
-            with self._wakeup:
-                self._in_line -= 1
 
     def forget(self, permit: Renewable) -> None:
         if permit not in self._due:  # never renewed here (auto_renew off): no lock to take
@@ -345,12 +314,11 @@ class Background:
                 ready = [name for name, (at, _) in self._jobs.items() if at <= now]
                 jobs = [self._jobs.pop(name)[1] for name in ready]
                 if not due and not settle and not jobs:
-                    look = LOOK_WHILE_WAITING if self._in_line > 0 else LOOK_EVERY
                     later = [at for at, _ in self._jobs.values()]
                     wake_at = min(
-                        [*self._due.values(), *(s.next_try for s in self._pending), *later], default=now + look
+                        [*self._due.values(), *(s.next_try for s in self._pending), *later], default=now + LOOK_EVERY
                     )
-                    self._asleep_until = min(max(wake_at, now + 0.01), now + look)
+                    self._asleep_until = min(max(wake_at, now + 0.01), now + LOOK_EVERY)
                     self._wakeup.wait(timeout=self._asleep_until - now)
                     self._asleep_until = 0.0
                     continue

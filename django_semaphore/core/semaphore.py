@@ -39,7 +39,7 @@ from .permit import Permit
 from .redis_keys import hash_partition
 from .renewal import renewer
 from .replicas import ReplicaConfirmation
-from .replies import HANDED, OTHER_WEIGHT, TOO_HEAVY, TOO_LATE, AcquireReply, retry_after_seconds
+from .replies import OTHER_WEIGHT, TOO_HEAVY, TOO_LATE, AcquireReply, retry_after_seconds
 from .tally import tally
 
 __all__ = ["PAUSED_RETRY_AFTER", "Attempt", "Semaphore", "all_semaphores", "get_semaphore", "granted", "refused"]
@@ -271,8 +271,8 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             )
             return Attempt(None, reply.used, reply.limit, reply.waiting, retry, reply.waited)
         renewed = options.renewed(self.config)
-        on_sync_client = client is not None
         if client is None:
+            # The asyncio path: the renewal thread renews on the sync client of the settings the call was made under.
             client = renewing
         permit = Permit(
             client=client,
@@ -288,15 +288,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             on_lost=options.on_lost,
         )
         if renewed:
-            if reply.code == HANDED and on_sync_client and permit.next_renewal() <= time.monotonic():
-                # Handed over on a short claim: renewed at once without waking the renewal thread on the
-                # hand-off's path, which looks again later should that renewal's answer not come. Tracked
-                # first: another thread may read that answer (and find the permit lost) at once.
-                renewer.track(permit, at=permit.claim_renewal())
-                if not permit.post_renewal():
-                    renewer.track(permit)
-            else:
-                renewer.track(permit)
+            renewer.track(permit)
         if signals.listened(signals.semaphore_acquired):
             signals.emit(
                 signals.semaphore_acquired,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Coroutine
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -130,8 +131,7 @@ def block(client: Any, request: AcquireRequest, step: Block, read_timeout: float
     read: list[Any] = []  # replies of earlier posts the connection carried, handed over once the wait ends
     try:
         connection = connections.take(deadline, read)
-        with renewer.in_line():
-            return _blocked(client, request, step, read_timeout, deadline, connections, connection)
+        return _blocked(client, request, step, read_timeout, deadline, connections, connection)
     finally:
         bounded.hand(read)
 
@@ -187,16 +187,41 @@ def _note(reply: Any) -> Any:
 async def aclean_up(client: Any, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
     """``clean_up`` for a task; one cut off at its deadline leaves it to the background (it must end now)."""
     if _worth_trying_now(error) and not deadline.passed():
-
-        async def leave() -> None:
-            await scripts.arun(client, request.cancel_call(tombstone=True))
-
+        leaving = _owned_task(scripts.arun(client, request.cancel_call(tombstone=True)))
+        leaving.add_done_callback(lambda done: _left_or_later(request, done))
         # Shielded: the task is usually being cancelled, and a second cancel must not cut the
-        # clean-up short; it then finishes in the background.
+        # clean-up short; it then finishes in the background, and one that fails there is left to
+        # the background thread, as here.
         with suppress(Exception):
-            await asyncio.shield(asyncio.ensure_future(leave()))
-            return
+            await asyncio.shield(leaving)
+        return
     renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
+
+
+# Tasks a call started and left running when it ended (a clean-up, a read being cancelled): asyncio keeps
+# only a weak reference to a task, and one collected while it runs is lost with whatever it had to do.
+_running: set[asyncio.Future[Any]] = set()
+
+
+def _owned_task(work: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
+    """``work`` as a task kept until it ends, whose outcome is always retrieved (never logged as lost)."""
+    task = asyncio.ensure_future(work)
+    _running.add(task)
+    task.add_done_callback(_forgotten)
+    return task
+
+
+def _forgotten(task: asyncio.Future[Any]) -> None:
+    """Mark ``task``'s outcome read: an error nobody else reads is expected (an outage), not a bug to log."""
+    _running.discard(task)
+    if not task.cancelled():
+        task.exception()
+
+
+def _left_or_later(request: AcquireRequest, leaving: asyncio.Future[Any]) -> None:
+    """A clean-up that failed (or was cut off) in the background goes to the background thread."""
+    if leaving.cancelled() or leaving.exception() is not None:
+        renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
 
 
 async def _awake_self(client: AsyncClient, request: AcquireRequest) -> None:
@@ -207,11 +232,6 @@ async def _awake_self(client: AsyncClient, request: AcquireRequest) -> None:
 
 
 async def ablock(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
-    with renewer.in_line():
-        return await _ablocked(client, request, step, read_timeout)
-
-
-async def _ablocked(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
     timeout = _cap(step.timeout, read_timeout)
     punctual = step.precise or step.at_expiry
     if not punctual or isinstance(client, AsyncRedisCluster):
@@ -234,9 +254,10 @@ async def _ablocked(client: Any, request: AcquireRequest, step: Block, read_time
         return Woken(_note(await client.blpop([request.wake_key], timeout=timeout)))
     pool = client.connection_pool
     connection = await pool.get_connection()
+    read: asyncio.Future[Any] | None = None
     try:
         await connection.send_command("BLPOP", request.wake_key, timeout)
-        read = asyncio.ensure_future(connection.read_response())
+        read = _owned_task(connection.read_response())
         done, _ = await asyncio.wait({read}, timeout=timeout + _grace(step))
         if done:
             return Woken(_note(read.result()))
@@ -247,7 +268,6 @@ async def _ablocked(client: Any, request: AcquireRequest, step: Block, read_time
         note = None
         done, _ = await asyncio.wait({read}, timeout=UNBLOCKED_READ)
         if not done:
-            read.cancel()
             await connection.disconnect()
         else:
             with suppress(Exception):
@@ -259,6 +279,10 @@ async def _ablocked(client: Any, request: AcquireRequest, step: Block, read_time
         await connection.disconnect()
         raise
     finally:
+        if read is not None:
+            # However the wait ended (Redis frozen, the task cancelled at its deadline): the read ends with
+            # it, and its outcome is retrieved (_owned_task), never left to be logged as lost.
+            read.cancel()
         released = pool.release(connection)
         if inspect.isawaitable(released):
             await released

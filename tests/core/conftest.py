@@ -1,4 +1,4 @@
-"""Fixtures the engine's tests share: the adaptive limit's signal, recorded."""
+"""Fixtures the engine's tests share: the adaptive limit's signal, recorded; the fast paths on and off."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from django_semaphore import signals
+from django_semaphore.core import scripts
 
 
 class Adapted:
@@ -28,3 +29,14 @@ def adapted() -> Iterator[Adapted]:
         yield receiver
     finally:
         signals.semaphore_limit_adapted.disconnect(receiver)
+
+
+@pytest.fixture(params=[True, False], ids=["fast-paths", "full-operations"])
+def fast_paths(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """The engine with its fast paths (core/lua/fast*.lua) and without them: a scenario proved on both."""
+    before = scripts.fast_paths_enabled
+    scripts.use_fast_paths(request.param)
+    try:
+        yield request.param
+    finally:
+        scripts.use_fast_paths(before)

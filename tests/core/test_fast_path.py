@@ -522,6 +522,51 @@ def test_not_fair_a_newcomer_behind_a_line_falls_through_unless_it_takes_the_las
     both(engines, scenario, way)
 
 
+HOUR_US = 3600 * 10**6
+
+
+def restored(run: Run, behind_us: int) -> int:
+    """The state's last fence ``behind_us`` below the server's clock (above it, when negative); that fence."""
+    fence = run.now_ms() * 1000 - behind_us
+    run.admin.hset(run.keys.state, "fence", fence)
+    return fence
+
+
+@pytest.mark.parametrize("config", [WHOLE, NOT_FAIR], ids=["fair", "not-fair"])
+def test_a_fence_is_never_below_the_clock_whatever_fence_the_state_holds(engines, way, config) -> None:
+    """A state restored from an older snapshot holds an older fence: a grant takes the clock's, on every path.
+
+    An acquire, a release handing its permit on (fair) and a waiter taking the last permit (not fair): the
+    fast paths mint it as the full operations do, and one above the state's when the state is ahead.
+    """
+
+    def clock_fence(run: Run, fence: int) -> None:
+        assert fence >= run.origin_ms * 1000, "a fence below the server's clock"
+
+    def scenario(run: Run) -> None:
+        run.config = config
+        seeded(run)
+        restored(run, HOUR_US)
+        clock_fence(run, run.acquire("a", "fast")[1])
+        ahead = restored(run, -HOUR_US)  # ahead of the clock (edited by hand): one above it
+        assert run.acquire("b", "fast")[1] == ahead + 1
+        assert run.release("b", "fast") == 1
+        run.set_limit("set", 1)  # "a" holds, "w" then "x" wait in line (line_behind_one_holder)
+        assert run.acquire("w", "full", mode="wait")[0] == 3
+        assert run.acquire("x", "fast", mode="wait")[0] == 3
+        restored(run, HOUR_US)
+        if config == WHOLE:
+            assert run.release("a", "fast") == 1  # handed to "w": its grant note carries the fence
+            note = run.admin.lrange(run.keys.wake("w"), 0, -1)[0].decode()
+            clock_fence(run, int(note.split("|")[1]))
+        else:
+            run.set_limit("set", 2)  # one free: "w", in line, takes the last permit
+            run.admin.delete(run.keys.wake("w"))  # the wake-up the full operation left, read
+            clock_fence(run, run.acquire("w", "fast", mode="wait")[1])
+
+    both(engines, scenario, way)
+
+
 def test_not_fair_a_waiter_asking_with_another_weight_falls_through(engines, way) -> None:
     def scenario(run: Run) -> None:
         run.config = NOT_FAIR

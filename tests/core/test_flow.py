@@ -23,7 +23,7 @@ class Clock:
         return self.now
 
 
-def request(wait: float = 5.0, lease_ms: int = 60_000, *, background: bool = True, replicated: bool = False):
+def request(wait: float = 5.0, lease_ms: int = 60_000, *, replicated: bool = False):
     calls = Calls(SemaphoreKeys.build("t:", "flow", None), b"1 1000 0 360 86400000 1 1")
     return AcquireRequest(
         calls=calls,
@@ -35,7 +35,6 @@ def request(wait: float = 5.0, lease_ms: int = 60_000, *, background: bool = Tru
         metadata=b"{}",
         wait=wait,
         waiter_ttl=1.0,
-        renewed_in_background=background,
         replicated=replicated,
     )
 
@@ -68,11 +67,23 @@ def test_granted_at_once() -> None:
 
 
 def test_a_grant_note_is_a_permit_held_without_asking_again() -> None:
+    # A lease within the claim (one waiter TTL, 1 s): the grant is the whole lease.
     clock = Clock()
-    flow = acquire_flow(request(), clock)
-    steps, result = run(flow, [reply(QUEUED, nearest=5000), Woken(grant_note(NOW_MS + 2000))])
+    flow = acquire_flow(request(lease_ms=1000), clock)
+    steps, result = run(flow, [reply(QUEUED, nearest=5000), Woken(grant_note(NOW_MS + 1000))])
     assert isinstance(steps[0], Acquire) and isinstance(steps[1], Block)
-    assert result.code == HANDED and result.fence == 42 and result.lease_deadline_ms == NOW_MS + 2000
+    assert result.code == HANDED and result.fence == 42 and result.lease_deadline_ms == NOW_MS + 1000
+
+
+def test_a_grant_on_a_claim_is_renewed_to_the_full_lease_before_the_acquire_returns() -> None:
+    """A stall past the claim just after the grant must not find the waiter inside on a reclaimed permit."""
+    flow = acquire_flow(request(lease_ms=60_000), Clock())
+    next(flow)
+    flow.send(reply(QUEUED))
+    assert flow.send(Woken(grant_note(NOW_MS + 1000))) == CONFIRM
+    with pytest.raises(StopIteration) as done:
+        flow.send([1, NOW_MS + 60_010, NOW_MS + 10])
+    assert done.value.value.code == HANDED and done.value.value.lease_deadline_ms == NOW_MS + 60_010
 
 
 def test_a_grant_note_read_after_a_stall_past_the_claim_is_confirmed_first() -> None:
@@ -99,34 +110,25 @@ def test_a_failed_confirmation_is_not_a_permit_the_waiter_asks_again() -> None:
 
 
 @pytest.mark.parametrize(
-    ("background", "replicated", "confirms"),
-    [(True, False, False), (False, False, True), (True, True, True)],
-    ids=["renewed-in-background", "no-background-renewal", "replicas-mode"],
+    ("lease_ms", "replicated", "confirms"),
+    [(1000, False, False), (60_000, False, True), (1000, True, True)],
+    ids=["lease-within-the-claim", "lease-past-the-claim", "replicas-mode"],
 )
-def test_who_confirms_a_handed_permit(background: bool, replicated: bool, confirms: bool) -> None:
-    flow = acquire_flow(request(background=background, replicated=replicated), Clock())
+def test_who_confirms_a_handed_permit(lease_ms: int, replicated: bool, confirms: bool) -> None:
+    flow = acquire_flow(request(lease_ms=lease_ms, replicated=replicated), Clock())
     next(flow)
     flow.send(reply(QUEUED))
     step_or_done: Any
     try:
-        step_or_done = flow.send(Woken(grant_note(NOW_MS + 2000)))
+        step_or_done = flow.send(Woken(grant_note(NOW_MS + 1000)))
     except StopIteration as done:
         step_or_done = done.value
     assert (step_or_done == CONFIRM) is confirms
 
 
-def test_a_lease_within_the_claim_needs_no_confirmation_even_without_background_renewal() -> None:
-    flow = acquire_flow(request(lease_ms=1000, background=False), Clock())
-    next(flow)
-    flow.send(reply(QUEUED))
-    with pytest.raises(StopIteration) as done:
-        flow.send(Woken(grant_note(NOW_MS + 1000)))
-    assert done.value.value.code == HANDED
-
-
-def test_a_lease_longer_than_the_claim_is_confirmed_without_background_renewal() -> None:
-    # The claim is one waiter TTL (1 s): a lease of 1.5 s is handed on it, and nobody else renews it.
-    flow = acquire_flow(request(lease_ms=1500, background=False), Clock())
+def test_a_lease_just_past_the_claim_is_confirmed() -> None:
+    # The claim is one waiter TTL (1 s): a lease of 1.5 s is handed on it.
+    flow = acquire_flow(request(lease_ms=1500), Clock())
     next(flow)
     flow.send(reply(QUEUED))
     assert flow.send(Woken(grant_note(NOW_MS + 1000))) == CONFIRM

@@ -7,17 +7,18 @@ import os
 import signal
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
 
-from django_semaphore import Permit, Semaphore
-from django_semaphore.core import renewal
+from django_semaphore import Permit, Semaphore, signals
+from django_semaphore.core import bounded
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.renewal import renewer
 from django_semaphore.testing import RedisServer
 
-from ..support import workers
+from ..support import modes, workers
 from ..support.handoffs import in_line_behind_a_holder
 from ..support.polling import wait_until
 
@@ -26,6 +27,18 @@ spawn = multiprocessing.get_context("spawn")
 
 def make(name: str, limit: int = 1, **options: object) -> Semaphore:
     return Semaphore(SemaphoreConfig.from_options(name, {"limit": limit, **options}))
+
+
+def renewals_counted(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    calls: list[float] = []
+    renew = Permit.renew
+
+    def counted(permit: Permit, lease: float | None = None) -> bool:
+        calls.append(time.monotonic())
+        return renew(permit, lease)
+
+    monkeypatch.setattr(Permit, "renew", counted)
+    return calls
 
 
 def _scripts_run(client: redis.Redis) -> int:
@@ -72,26 +85,16 @@ def test_a_handed_permit_is_renewed_to_its_full_lease() -> None:
     permit.release()
 
 
-def test_a_permit_handed_on_a_claim_is_renewed_at_once_without_waking_the_thread(monkeypatch) -> None:
-    """The hand-off's path pays no thread switch; the claim is renewed to the full lease at once all the same."""
+def test_a_permit_handed_on_a_claim_holds_its_full_lease_when_acquire_returns(monkeypatch) -> None:
+    """Renewed by the waiter's own call before it returns, not by the renewal thread after."""
     scene = in_line_behind_a_holder("at-once")
-    # Waking it to look more often was the waiter's business, on its way into the line.
-    wait_until(lambda: 0 < renewer._asleep_until <= time.monotonic() + renewal.LOOK_WHILE_WAITING)
-    wakes: list[int] = []
-    notify, track = renewer._wakeup.notify, renewer.track
-    monkeypatch.setattr(renewer._wakeup, "notify", lambda *args: wakes.append(1) or notify(*args))
-    tracked: list[int] = []
-    monkeypatch.setattr(renewer, "track", lambda *args, **kw: (track(*args, **kw), tracked.append(len(wakes))))
-
-    def not_on_the_server(permit: Permit, lease: float | None = None) -> bool:
-        permit.expires_at = time.monotonic() + 60  # the thread's renewals do nothing: the server shows the post's
-        return True
-
-    monkeypatch.setattr(Permit, "renew", not_on_the_server)
+    renewals: list[int] = []
+    monkeypatch.setattr(Permit, "renew", lambda *args, **kwargs: renewals.append(1) or True)
     permit = scene.hand_over()
-    assert tracked == [0]  # tracked, and the thread left asleep
-    status = scene.semaphore.status
-    wait_until(lambda: status().holders[0].lease_deadline_ms - status().now_ms > 30_000, timeout=5)
+    status = scene.semaphore.status()
+    assert status.holders[0].lease_deadline_ms - status.now_ms > 30_000  # not the 1 s claim
+    assert permit.expires_at - time.monotonic() > 30
+    assert renewals == []
     monkeypatch.undo()
     assert permit.is_held() and scene.lost == []
     permit.release()
@@ -100,8 +103,8 @@ def test_a_permit_handed_on_a_claim_is_renewed_at_once_without_waking_the_thread
 def test_a_handed_permit_outlives_a_stall_that_begins_after_the_hand_off(own_server: RedisServer) -> None:
     """A stall longer than what is left of the claim, from a tenth of a second after the hand-off, costs nothing.
 
-    The claim is renewed to the full lease as the waiter gets the permit, as any permit's lease
-    would be: not when the renewal thread next looks, which may be inside the stall.
+    The claim is renewed to the full lease before the waiter's acquire returns, as any permit's lease
+    is in force when it returns: not when the renewal thread next looks, which may be inside the stall.
     """
     scene = in_line_behind_a_holder("stall")
     permit = scene.hand_over()
@@ -113,16 +116,84 @@ def test_a_handed_permit_outlives_a_stall_that_begins_after_the_hand_off(own_ser
     permit.release()
 
 
-def test_a_claim_renewed_at_once_is_looked_at_again_a_quarter_into_it() -> None:
-    permit = make("schedule", lease=60).acquire()
+def test_a_permit_tracked_again_after_its_release_is_dropped_not_renewed_in_a_loop(monkeypatch) -> None:
+    """Whatever tracks a permit after its release, the thread lets it go."""
+    permit = make("let-go", lease=3).acquire()
     assert permit is not None
+    permit.release()
+    calls = renewals_counted(monkeypatch)
+    renewer.track(permit, at=time.monotonic())
+    time.sleep(0.3)
+    assert len(calls) <= 1
+    assert permit not in renewer._due
+
+
+def test_hand_offs_in_a_tight_loop_stay_within_the_limit_while_scripts_are_flushed(
+    way: modes.Way, redis_server: RedisServer, settings
+) -> None:
+    """Posted renewals racing their permits' releases, and lost libraries, never put a holder over the limit."""
+    settings.SEMAPHORE_CONNECTION = way.url(redis_server.url)
+    name, limit = f"tight-{way}", 2
+    sem = make(name, limit=limit, lease=60)
+    first = sem.acquire()
+    assert first is not None and first.renew()  # with EVALSHA, a renewal is posted once its script is known
+    first.release()
+    stop = threading.Event()
+    problems: list[str] = []
+    lost: list[Any] = []
+    not_held: list[bool] = []
+    entries = [0]
+
+    def on_lost(sender: Any, **kwargs: Any) -> None:
+        lost.append(kwargs)
+
+    def on_released(sender: Any, was_held: bool, **kwargs: Any) -> None:
+        if not was_held:
+            not_held.append(was_held)
+
+    def enter_and_leave() -> None:
+        semaphore = make(name, limit=limit, lease=60)
+        while not stop.is_set():
+            permit = semaphore.acquire(wait=5)
+            if permit is None:
+                problems.append("refused")
+                continue
+            entries[0] += 1
+            permit.release()
+
+    def watch() -> None:
+        while not stop.is_set():
+            status = sem.status()
+            if status.used > limit or len(status.holders) > limit:
+                problems.append(f"over the limit: used {status.used}, {len(status.holders)} holders")
+            time.sleep(0.002)
+
+    def flush() -> None:
+        with redis.Redis.from_url(redis_server.url) as admin:
+            while not stop.is_set():
+                admin.script_flush()
+                if way.name == "functions":
+                    admin.function_flush()
+                time.sleep(0.02)
+
+    signals.semaphore_lost.connect(on_lost)
+    signals.semaphore_released.connect(on_released)
+    threads = [threading.Thread(target=enter_and_leave) for _ in range(6)]
+    threads += [threading.Thread(target=watch), threading.Thread(target=flush)]
     try:
-        now = time.monotonic()
-        permit.expires_at = now + 1.0  # as a claim of 1 s leaves it, the lease being 60 s
-        assert permit.next_renewal() <= now  # due at once: renewed so, without the thread (post_renewal)
-        assert now + 0.24 < permit.claim_renewal() <= now + 0.26  # then the thread's look, should that fail
+        for thread in threads:
+            thread.start()
+        time.sleep(2)
     finally:
-        permit.release()
+        stop.set()
+        for thread in threads:
+            thread.join(15)
+        signals.semaphore_lost.disconnect(on_lost)
+        signals.semaphore_released.disconnect(on_released)
+    bounded.collect_posted()
+    assert entries[0] > 100
+    assert problems == [] and lost == [] and not_held == []
+    wait_until(lambda: sem.status().used == 0, timeout=5)
 
 
 @pytest.mark.processes

@@ -212,7 +212,6 @@ def test_a_permit_renewed_later_than_the_threads_next_look_does_not_wake_it(monk
     # A look every 30 s: the short lease below is then due well before the thread's next look,
     # wherever the thread stands in its round (with 1 s it may be about to look anyway).
     monkeypatch.setattr(renewal, "LOOK_EVERY", 30.0)
-    monkeypatch.setattr(renewal, "LOOK_WHILE_WAITING", 30.0)  # a waiter another test left blocked in line
     sem = Semaphore(SemaphoreConfig.from_options("wake", {"limit": 5, "lease": 120}))
     sem.acquire(lease=0.3).release()  # wakes the thread, which goes back to sleep for LOOK_EVERY
     time.sleep(0.2)

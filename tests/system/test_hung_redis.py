@@ -15,6 +15,8 @@ missing a bound is a matter of seconds, not of scheduling noise.
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -252,3 +254,56 @@ def test_a_call_after_a_release_sent_without_waiting_costs_one_socket_timeout(
     assert isinstance(outcome, BackendUnavailable)
     assert took <= timeout + SLACK, f"{took:.2f} s for one socket timeout of {timeout} s"
     wait_until(lambda: renewer.pending() == 0 and get_semaphore("guarded").status().used == 0)
+
+
+# -- 5. asyncio waiters cut off by a hung Redis leave nothing running -----------------------------------
+
+
+@pytest.mark.parametrize("socket_timeout", [0.5, 4.0], ids=["timeout-within-the-wait", "timeout-past-the-wait"])
+def test_asyncio_waiters_whose_wait_ends_while_redis_is_frozen_leave_no_task_behind(
+    own_server: RedisServer, settings, caplog: pytest.LogCaptureFixture, socket_timeout: float
+) -> None:
+    """Waits end in every way a hung Redis allows (in a blocked read, leaving the line, cleaning up)."""
+    use_socket_timeout(settings, own_server, socket_timeout)
+    declare(settings, guarded={"limit": 1, "lease": 60})
+    settings.SEMAPHORE_WAITER_TTL = 10  # each wait one block on the wake list, ended by the waiter at its deadline
+    waiters = 12
+
+    async def scenario() -> tuple[list[str], list[dict[str, Any]], list[asyncio.Task[Any]]]:
+        loop = asyncio.get_running_loop()
+        reported: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        holder = await get_semaphore("guarded").aacquire(wait=0, auto_renew=False)
+        assert holder is not None
+
+        async def wait_in_line(wait: float) -> str:
+            # Only a word kept of the outcome: an error kept would keep its frames, and what they hold, from
+            # the collector (and so from asyncio's report of a task whose exception nobody retrieved).
+            try:
+                permit = await get_semaphore("guarded").aacquire(wait=wait)
+            except BackendUnavailable:
+                return "unavailable"
+            return "full" if permit is None else "granted"
+
+        # Waits of 1 to 2.1 s, each ended at its deadline while blocked on the frozen server: by leaving the
+        # line (Redis does not answer that either), then by the call's deadline, or the socket timeout.
+        tasks = [asyncio.create_task(wait_in_line(1.0 + 0.1 * i)) for i in range(waiters)]
+        while (await get_semaphore("guarded").astatus()).waiting < waiters:
+            await asyncio.sleep(0.02)
+        with stalled(own_server):
+            outcomes = await asyncio.gather(*tasks)
+            await asyncio.sleep(0.5)  # what the ended calls left running meets the frozen server too
+        await asyncio.sleep(socket_timeout + 1.0)  # the server answers again: clean-ups and reads end
+        gc.collect()  # a task whose exception nobody retrieved reports it when collected
+        await asyncio.sleep(0)
+        left = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        await holder.arelease()
+        return outcomes, reported, left
+
+    with caplog.at_level(logging.DEBUG, logger="asyncio"):
+        outcomes, reported, left = asyncio.run(scenario())
+    assert set(outcomes) <= {"full", "unavailable"}, outcomes
+    assert reported == [], reported
+    assert left == [], left
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio" and r.levelno >= logging.ERROR] == []
+    wait_until(lambda: get_semaphore("guarded").status().waiting == 0, timeout=10)

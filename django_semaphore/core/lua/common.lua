@@ -147,7 +147,7 @@ end
 -- (a loaded library keeps them; a script run with EVALSHA starts from nothing on every call).
 local MS_TEXT = {}
 
--- The last reading of the server's clock, in microseconds: the seed of a new fence (next_fence).
+-- The last reading of the server's clock, in microseconds: the floor of a new fence (next_fence).
 -- Every operation reads the clock first, so it is always the running operation's own reading.
 local clock_us = 0
 
@@ -627,13 +627,21 @@ local function each_head(line, n)
   end
 end
 
--- A fence for a new grant: one above the last or, for a semaphore without one (new, or its keys
--- were lost or expired), the server's clock in microseconds. Fences then keep increasing across such
--- gaps as long as the clock does, even when the keys are lost and made again within a millisecond:
--- every grant costs the server more than a microsecond (a script, several writes), so a later seed
--- has passed every fence granted since the earlier one.
+-- A fence for a new grant: one above the last, and never below the server's clock in microseconds
+-- (`clock_us`). The clock is the floor that survives whatever the server forgets: a state restored from
+-- an older snapshot (an RDB, an AOF `everysec` that lost its last second, a replica promoted before it
+-- had every write) holds an older last fence, and one above it would hand out again a fence granted
+-- since; a new semaphore, or one whose state was lost or expired, has none. Every grant costs the
+-- server more than a microsecond (a script, several writes) and a restart far more, so the clock has
+-- passed every fence granted before it: fences never repeat nor go back, as long as the server's
+-- clock does not go back across the loss (docs/failure-modes.md). The fast paths mint it alike
+-- (fast.lua's fast_fence).
 local function next_fence(last)
-  return (tonumber(last) or clock_us) + 1
+  local above = (tonumber(last) or 0) + 1
+  if above > clock_us then
+    return above
+  end
+  return clock_us
 end
 
 -- Grant `weight` permits to `token` (written by commit); returns its fence and lease deadline.

@@ -26,11 +26,22 @@ local function fast_text(n)
 end
 
 -- The server's clock: ms as a number and as text (TIME's seconds, then its microseconds' first three
--- of six digits: no number is formatted).
+-- of six digits: no number is formatted), and TIME's reply itself (a new fence's floor: fast_fence).
 local function fast_now()
   local t = redis.call('TIME')
   local text = t[1] .. string.sub('00000' .. t[2], -6, -4)
-  return tonumber(text), text
+  return tonumber(text), text, t
+end
+
+-- A new grant's fence, as common.lua's next_fence mints it: one above the `last`, and never below the
+-- server's clock in microseconds (`t`, TIME's reply), which a state restored from an older snapshot
+-- cannot take back.
+local function fast_fence(last, t)
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if last + 1 > floor then
+    return last + 1
+  end
+  return floor
 end
 
 -- A grant's lease deadline (ms), capped at its max hold (`hold` ms, 0: none), and the end of that max

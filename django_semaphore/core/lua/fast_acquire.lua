@@ -10,7 +10,7 @@
 -- free; a lapsed waiter coming back; a refusal) returns nil, nothing written.
 -- Writes, in common.lua's abort-safe order: additions (the holder and its record, or the line's entries),
 -- the state hash, a new holders' keys' expiry, then a waiter's removal from the line.
-local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, nonce, now, now_text, meta)
+local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, nonce, now, now_text, clock, meta)
   local holders, info, state, queue, alive, qweight = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
   if redis.call('EXISTS', keys[8]) > 0 or redis.call('ZSCORE', holders, token)
       or #redis.call('ZRANGEBYSCORE', alive, '-inf', now, 'LIMIT', 0, 1) > 0 then
@@ -36,7 +36,8 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
     if deadline - now < cfg.waiter_ttl or (tonumber(st[10]) or 0) < deadline + cfg.idle then
       return nil
     end
-    local fence_text = string.format('%d', fence + 1)
+    fence = fast_fence(fence, clock)
+    local fence_text = string.format('%d', fence)
     redis.call('ZADD', holders, string.format('%d', deadline), token)
     redis.call('HSET', info, token, '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. meta)
     fast_set_state(state, cfg, st, used + 1, 'fence', fence_text, 'acquired',
@@ -53,7 +54,7 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
       redis.call('HDEL', qweight, token)
       waiting = waiting - 1
     end
-    return {1, fence + 1, deadline, used + 1, limit, waiting, now, 0}
+    return {1, fence, deadline, used + 1, limit, waiting, now, 0}
   end
   if mode ~= 'wait' or now - (tonumber(st[9]) or 0) >= 1000 or (tonumber(st[10]) or 0) < now + cfg.waiter_ttl * 3 + cfg.idle then
     return nil  -- a refusal; a recount due (acquire.lua's audit); or the keys must outlive the place in line
@@ -123,13 +124,13 @@ local function fast_acquire(keys, args)
   if hold > FAST_MAX_MS or not_after > FAST_MAX_AT or grant_before > FAST_MAX_AT then
     return nil
   end
-  local now, now_text = fast_now()
+  local now, now_text, clock = fast_now()
   if (not_after > 0 and now > not_after) or (grant_before > 0 and now > grant_before) then
     return nil  -- too late: acquire.lua refuses it
   end
   if redis.call('EXISTS', keys[4], keys[8]) > 0 then
     -- Someone in line, or a note (a tombstone?) on the caller's wake list.
-    return fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, nonce, now, now_text, args[3] or '')
+    return fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, nonce, now, now_text, clock, args[3] or '')
   end
   local holders, info, state = keys[1], keys[2], keys[3]
   local st = redis.call('HMGET', state, unpack(cfg.acquire_fields))
@@ -166,7 +167,7 @@ local function fast_acquire(keys, args)
   if redis.call('ZADD', holders, 'NX', string.format('%d', deadline), token) == 0 then
     return nil  -- this token holds a lease already: acquire.lua renews it
   end
-  fence, used = fence + 1, used + 1
+  fence, used = fast_fence(fence, clock), used + 1
   local fence_text = string.format('%d', fence)
   redis.call('HSET', info, token, '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|'
              .. (args[3] or ''))

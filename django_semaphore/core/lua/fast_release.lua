@@ -24,7 +24,7 @@
 -- the removals (the releaser's lease and record, the head's place in line: nothing touches a key after
 -- its removal); not fair, the removal first as without a line. Last the head's wake list, through pcall
 -- (a lost note is covered by the waiter's timer).
-local function fast_hand_on(keys, cfg, token, st, left, hold_avg, released, now, now_text, head)
+local function fast_hand_on(keys, cfg, token, st, left, hold_avg, released, now, now_text, clock, head)
   local holders, info, state, queue, alive, qweight = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
   local extra = redis.call('HMGET', state, 'limit', 'acquired')
   local fence = tonumber(st[2])
@@ -60,7 +60,7 @@ local function fast_hand_on(keys, cfg, token, st, left, hold_avg, released, now,
   if deadline - now < cfg.waiter_ttl or (tonumber(st[#cfg.release_fields]) or 0) < deadline + cfg.idle then
     return nil  -- serve_line alerts the next head; or the keys must outlive the grant: release.lua sees to both
   end
-  local fence_text, deadline_text = string.format('%d', fence + 1), string.format('%d', deadline)
+  local fence_text, deadline_text = string.format('%d', fast_fence(fence, clock)), string.format('%d', deadline)
   redis.call('ZADD', holders, deadline_text, head)
   redis.call('HSET', info, head, '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. meta)
   fast_set_state(state, cfg, st, left + 1, 'fence', fence_text, 'hold_avg', hold_avg, 'released', released,
@@ -87,7 +87,7 @@ local function fast_release(keys, args)
     return nil
   end
   local holders, info, state = keys[1], keys[2], keys[3]
-  local now, now_text = fast_now()
+  local now, now_text, clock = fast_now()
   if redis.call('ZCOUNT', holders, '-inf', now_text) > 0 then
     return nil  -- a lease to reclaim (this one, perhaps)
   end
@@ -114,7 +114,7 @@ local function fast_release(keys, args)
     return nil  -- the releaser is in line too (edited by hand, or a script cut short): serve_line keeps its grant
   elseif head then
     return fast_hand_on(keys, cfg, token, st, math.max(used - tonumber(weight), 0), hold_avg, released, now, now_text,
-                        head)
+                        clock, head)
   end
   if (tonumber(st[#fields]) or 0) < now + cfg.idle then
     return nil  -- the keys must outlive the release by the idle period: release.lua records a later expiry
