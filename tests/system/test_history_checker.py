@@ -246,6 +246,24 @@ def test_grants_a_restart_forgot_may_overlap_until_their_holders_are_told() -> N
     assert verdict.ok, verdict.report()
 
 
+def test_a_call_made_once_the_server_was_down_holds_no_forgotten_grant() -> None:
+    made = Made().come_in("a", "mutex", 10)
+    made.add("fault", id="r", phase="start", what="restart-empty", forgets=True).add("fault", id="r", phase="down")
+    made.come_in("b", "mutex", 20, process="2").come_in("c", "mutex", 21, process="3")
+    made.add("fault", id="r", phase="end").add("lost", "mutex", t="tok-a").leave("a", "mutex", held=False)
+    (found,) = caught(made, "over the limit")
+    assert "b (w1 f20)" in found and "c (w1 f21)" in found and "a (" not in found
+
+
+def test_an_excess_is_put_down_to_the_holders_inside_before_the_fault() -> None:
+    made = Made().come_in("a", "mutex", 10).add("fault", id="s", phase="start", what="sigstop", stalls=True)
+    made.come_in("b", "mutex", 11, process="2").add("fault", id="s", phase="end", after=LEASE)
+    made.add("lost", "mutex", t="tok-a").leave("a", "mutex", held=False).leave("b", "mutex", process="2")
+    verdict = made.verdict()
+    assert verdict.ok, verdict.report()
+    assert verdict.stats["excused"] == 2 and verdict.stats["excuses needed"] == 1
+
+
 def test_a_rollback_that_repeats_a_fence_is_caught_even_where_the_overlap_is_excused() -> None:
     made = Made().come_in("a", "mutex", 10).leave("a", "mutex").come_in("b", "mutex", 11, process="2")
     made.fault("rollback", 0.2, stalls=False, forgets=True).come_in("c", "mutex", 11, process="3")

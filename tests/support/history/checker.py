@@ -74,6 +74,8 @@ class Fault:
     processes: frozenset[str] | None
     end: int = -1
     end_us: int = 0
+    # When the server was down (killed) for a fault that forgets: a call made later cannot hold a forgotten grant.
+    down: int | None = None
 
     @property
     def seconds(self) -> float:
@@ -215,6 +217,9 @@ class History:
                     current[name] = current[name] | ever[name]
                     self._limit_moved(name, event.seq, current[name])
             return
+        if event["phase"] == "down":
+            open_faults[event["id"]].down = event.seq
+            return
         fault = open_faults.pop(event["id"])
         fault.end, fault.end_us = event.seq, event.us
         self.faults.append(fault)
@@ -254,10 +259,10 @@ def check(events: list[Event], limits: dict[str, int], fair: Iterable[str], leas
     _check_limit(history, verdict)
     _check_excuses(history, verdict, lease)
     _check_losses(history, verdict, lease)
-    _check_fences(history, verdict)
+    misfenced = _check_fences(history, verdict)
     _check_releases(history, verdict)
     for sem in sorted(fair):
-        _check_fifo(history, verdict, sem, waiter_ttl)
+        _check_fifo(history, verdict, sem, waiter_ttl, misfenced)
     for error in history.errors:
         verdict.add("worker errors", f"process {error.process}: {error.get('text')}")
     return verdict
@@ -274,6 +279,8 @@ def _cause(excusing: list[Fault], call: Call, last: int) -> Fault | None:
     """The first of ``excusing`` that hit ``call``'s process between its entry and event ``last``."""
     assert call.entered is not None
     for fault in excusing:
+        if fault.down is not None and call.invoked > fault.down:
+            continue  # asked once the server had forgotten: granted afresh
         if fault.affects(call.process) and fault.overlaps(call.entered, last):
             return fault
     return None
@@ -322,6 +329,7 @@ def _check_limit(history: History, verdict: Verdict) -> None:
         assert call.ended is not None
         ends[call.ended].append(call)
     over = 0
+    reported: dict[str, frozenset[str]] = {}  # each semaphore's last set found over its limit, reported once
     for event in history.events:
         changed: set[str] = set()
         if event.kind == "enter":
@@ -336,15 +344,17 @@ def _check_limit(history: History, verdict: Verdict) -> None:
             counted[call.sem].pop(call.id, None)
             changed.add(call.sem)
         for sem in changed:
-            if _judged(history, verdict, event, counted[sem], present[sem]):
+            inside = frozenset(counted[sem])
+            if _judged(history, verdict, event, counted[sem], present[sem], inside != reported.get(sem)):
+                reported[sem] = inside
                 over += 1
     verdict.stats["over the limit"] = over
 
 
 def _judged(
-    history: History, verdict: Verdict, event: Event, counted: dict[str, Call], present: dict[str, Call]
+    history: History, verdict: Verdict, event: Event, counted: dict[str, Call], present: dict[str, Call], new: bool
 ) -> bool:
-    """Whether ``counted`` is over its limit at ``event`` (a violation), marking the excuses ``present`` needed."""
+    """Whether ``counted`` is over its limit at ``event`` (a violation, reported if ``new``), marking excuses needed."""
     if not present:
         return False
     if counted:
@@ -352,14 +362,18 @@ def _judged(
         allowed = history.allowed(newest)
         weight = sum(call.weight for call in counted.values())
         if weight > allowed:
-            inside = ", ".join(f"{call.id} (w{call.weight} f{call.fence})" for call in counted.values())
-            verdict.add("over the limit", f"#{event.seq} {newest.sem}: weight {weight} > {allowed}: {inside}")
-            return True
+            if new:
+                inside = ", ".join(f"{call.id} (w{call.weight} f{call.fence})" for call in counted.values())
+                verdict.add("over the limit", f"#{event.seq} {newest.sem}: weight {weight} > {allowed}: {inside}")
+            return new
     newest = max(present.values(), key=lambda call: call.fence)
-    if sum(call.weight for call in present.values()) > history.allowed(newest):
-        for call in present.values():
-            if call.id not in counted:
-                call.needed = True
+    excess = sum(call.weight for call in present.values()) - history.allowed(newest)
+    # The excess is put down to the excused holders that came in first: those inside before the fault.
+    for call in sorted((c for c in present.values() if c.id not in counted), key=lambda c: c.entered or 0):
+        if excess <= 0:
+            break
+        call.needed = True
+        excess -= call.weight
     return False
 
 
@@ -396,14 +410,16 @@ def _check_excuses(history: History, verdict: Verdict, lease: float) -> None:
                 )
 
 
-def _check_fences(history: History, verdict: Verdict) -> None:
-    """Fences unique per semaphore, and above every fence that entered before the call was made."""
+def _check_fences(history: History, verdict: Verdict) -> set[str]:
+    """Fences unique per semaphore, and above every fence that entered before the call was made; the calls without."""
     holders: dict[tuple[str, int], list[str]] = defaultdict(list)
     for call in history.granted():
         holders[(call.sem, call.fence)].append(call.id)
+    misfenced: set[str] = set()
     for (sem, fence), ids in holders.items():
         if len(ids) > 1:
             verdict.add("fences repeated", f"{sem} fence {fence} granted {len(ids)} times: {', '.join(ids[:4])}")
+            misfenced.update(ids)
     highest: dict[str, tuple[int, str]] = {}
     before: dict[str, tuple[int, str]] = {}
     for event in history.events:
@@ -413,6 +429,7 @@ def _check_fences(history: History, verdict: Verdict) -> None:
             call = history.calls[event["c"]]
             floor, earlier = before.get(call.id, (0, ""))
             if call.fence <= floor:
+                misfenced.add(call.id)
                 verdict.add(
                     "fences out of order",
                     f"{call.sem}: {call.id} called after {earlier} came in with fence {floor}, got {call.fence}",
@@ -420,6 +437,7 @@ def _check_fences(history: History, verdict: Verdict) -> None:
             if call.fence > highest.get(call.sem, (0, ""))[0]:
                 highest[call.sem] = (call.fence, call.id)
     verdict.stats["fences checked"] = len(holders)
+    return misfenced
 
 
 def _check_releases(history: History, verdict: Verdict) -> None:
@@ -439,9 +457,15 @@ def _check_releases(history: History, verdict: Verdict) -> None:
     )
 
 
-def _check_fifo(history: History, verdict: Verdict, sem: str, waiter_ttl: float) -> None:
-    """Waiters seen in line are granted before later callers and before those behind them."""
-    grants = sorted((call for call in history.granted() if call.sem == sem), key=lambda call: call.invoked)
+def _check_fifo(history: History, verdict: Verdict, sem: str, waiter_ttl: float, misfenced: set[str]) -> None:
+    """Waiters seen in line are granted before later callers and before those behind them.
+
+    The order of grants is read from their fences: grants whose fences failed their own checks are left out.
+    """
+    grants = sorted(
+        (call for call in history.granted() if call.sem == sem and call.id not in misfenced),
+        key=lambda call: call.invoked,
+    )
     invoked = [call.invoked for call in grants]
     suffix_min: list[tuple[int, str]] = [(0, "")] * (len(grants) + 1)
     suffix_min[len(grants)] = (2**63, "")
@@ -454,7 +478,7 @@ def _check_fifo(history: History, verdict: Verdict, sem: str, waiter_ttl: float)
         in_order: list[Call] = []
         for label, _ticket, live in snapshot["waiters"]:
             call = history.calls.get(label)
-            if not live or call is None or call.entered is None or call.id in broken:
+            if not live or call is None or call.entered is None or call.id in broken or call.id in misfenced:
                 continue
             if call.invoked > snapshot.seq or call.entered < snapshot.seq:
                 continue
