@@ -184,8 +184,11 @@ class Worker:
         while time.monotonic() < deadline:
             done, status = os.waitpid(child, os.WNOHANG)
             if done:
-                if os.waitstatus_to_exitcode(status) != 0:
-                    self.recorder.event("error", text=f"forked child {child} exited {status}")
+                code = os.waitstatus_to_exitcode(status)
+                if code == -signal.SIGKILL:  # it killed itself right after a posted release, as its parent may
+                    self.recorder.dead(str(child))
+                elif code != 0:
+                    self.recorder.event("error", text=f"forked child {child} exited {code}")
                 return
             time.sleep(0.05)
         os.kill(child, signal.SIGKILL)  # our own child, by pid
