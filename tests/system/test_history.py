@@ -8,8 +8,8 @@ and release outcome is recorded on a separate server, the probe
 (tests/support/history/). The checker then asserts the documented promises
 on the history (tests/support/history/checker.py); docs/failure-modes.md
 names the scenario behind each row. Each family runs ``HISTORY_SECONDS``
-(12 by default, 60 in CI, ``0`` skips them), in both ways the engine runs its
-Lua.
+(12 by default, the hand-off family 20 at least; 60 in CI; ``0`` skips them),
+in both ways the engine runs its Lua.
 """
 
 from __future__ import annotations

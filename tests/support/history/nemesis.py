@@ -35,10 +35,10 @@ import redis
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
-from django_semaphore import BackendUnavailable, Semaphore
+from django_semaphore import Semaphore
 from django_semaphore.testing import RedisServer
 
-from . import worker
+from . import trigger, worker
 from .plan import FAIR, LEASE, SEMAPHORES, WorkerPlan
 from .recorder import Recorder
 
@@ -209,6 +209,33 @@ def semaphores() -> dict[str, Semaphore]:
     return {g.name: Semaphore(SemaphoreConfig.from_options(g.name, g.options())) for g in SEMAPHORES}
 
 
+class HandOffs:
+    """The trigger process (trigger.py) that stops the server at the mutex's next hand-off, once armed."""
+
+    def __init__(self, server: RedisServer, mutex: Semaphore) -> None:
+        assert server.process is not None
+        self.ready, self.armed, self.fired = spawn.Event(), spawn.Event(), spawn.Event()
+        self.process = spawn.Process(
+            target=trigger.run,
+            args=(server.url, mutex.keys.base, server.process.pid, self.ready, self.armed, self.fired),
+            daemon=True,
+        )
+        self.process.start()
+        assert self.ready.wait(30), "the hand-off trigger did not start"
+
+    def stall_at_next(self, within: float) -> bool:
+        """Arm the trigger; whether it stopped the server at a hand-off within ``within`` seconds."""
+        self.fired.clear()
+        self.armed.set()
+        fired = self.fired.wait(within)
+        self.armed.clear()
+        return fired or self.fired.wait(0.05)  # it may have fired as it was disarmed
+
+    def close(self) -> None:
+        self.process.kill()  # our own child, by pid
+        self.process.join(10)
+
+
 class Nemesis:
     """The faults of one scenario family, injected at random times until the run ends."""
 
@@ -223,6 +250,7 @@ class Nemesis:
         self.done: Counter[str] = Counter()
         self.limits = {g.name: g.limit for g in SEMAPHORES}
         self.snapshot = Path(server.data_dir) / "older.rdb"
+        self.handoffs: HandOffs | None = None
 
     # -- the families ------------------------------------------------------------------------------
 
@@ -325,37 +353,24 @@ class Nemesis:
         self.process_stop(self.rng.uniform(*MIDDLE))
 
     def handoff_stall(self) -> None:
-        """Hold the mutex until someone waits behind, hand it over, and stall the server at once.
+        """Stall the server the moment a release hands the mutex's permit to a waiter, then resume it.
 
         The new holder got its permit on a claim of one waiter TTL, and its
-        renewal to the full lease is in the server's buffers when the stall
-        begins: a stall longer than the claim (and far shorter than a lease)
-        must not let anyone in beside it (issue 30, item 11).
+        renewal to the full lease meets the stopped server: a stall longer
+        than the claim (and far shorter than a lease) must not let anyone in
+        beside it, nor cost it its permit (issue 30, item 11).
         """
-        mutex, rec = self.semaphores["mutex"], self.recorder
-        call = f"nemesis.handoff.{self.done['handoff'] + 1}"
-        self.done["handoff"] += 1
-        rec.event("invoke", "mutex", c=call, w=1)
-        try:
-            permit = mutex.acquire(wait=15, label=call)
-        except BackendUnavailable:
-            rec.event("unavailable", "mutex", c=call)
+        if self.handoffs is None:
+            self.handoffs = HandOffs(self.server, self.semaphores["mutex"])
+        if not self.handoffs.stall_at_next(within=5):
+            self.server.thaw()  # in case it fired unseen
+            self.done["no hand-off to stall"] += 1
             return
-        if permit is None:
-            rec.event("full", "mutex", c=call)
-            return
-        rec.event("enter", "mutex", 1, c=call, t=permit.token, f=permit.fence, w=1)
-        deadline, seen = time.monotonic() + 5, 0
-        while seen < 2 and time.monotonic() < deadline:  # someone in line, and still there a moment later
-            seen = seen + 1 if mutex.status(0).waiting else 0
-            time.sleep(0.02)
-        rec.event("exit", "mutex", -1, c=call)
+        # Recorded once the server is stopped (a few ms late): the wait for a hand-off is no stall.
         with self.fault("sigstop", stalls=True):
-            held = permit.release()
-            self.server.freeze()  # a system call: well before the new holder's renewal, mostly
             time.sleep(HANDOFF_STALL)
             self.server.thaw()
-        rec.event("released", "mutex", t=permit.token, held=held)
+        self.done["handoff"] += 1
 
     # -- restarts ----------------------------------------------------------------------------------
 
@@ -442,4 +457,7 @@ class Nemesis:
         self.done["pauses"] += 1
 
     def close(self) -> None:
+        if self.handoffs is not None:
+            self.handoffs.close()
+        self.server.thaw()  # never left stopped, whatever happened
         self.admin.close()
