@@ -11,6 +11,8 @@ library promises (docs/failure-modes.md).
 - ``plan.py``: the semaphores, leases and timings every part agrees on.
 - ``recorder.py`` and ``record.lua``: the probe.
 - ``worker.py``: the worker processes.
-- ``nemesis.py``: the faults, the processes' supervisor and the watcher of the waiting lines.
+- ``nemesis.py``: the faults, the processes' supervisor and the watcher of the waiting lines;
+  ``trigger.py``, the process that stalls the server at a hand-off.
 - ``checker.py``: the checks.
+- ``run.py``: one run, from the servers to the verdict.
 """
