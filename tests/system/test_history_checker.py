@@ -1,0 +1,293 @@
+"""The history checker itself, on hand-made histories: each kind of broken promise is caught.
+
+A checker that always passes would hide every bug the history scenarios
+(tests/system/test_history.py) look for, so each check is shown a history
+that breaks it, and one that keeps it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..support.history.checker import Verdict, check
+from ..support.history.recorder import Event
+
+LEASE = 4.0
+TTL = 1.0
+LIMITS = {"mutex": 1, "fair": 3, "free": 2}
+FAIR = {"mutex", "fair"}
+
+
+class Made:
+    """A history written by hand: one event per ``add``, a millisecond apart on the probe's clock."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.us = 1_000_000
+
+    def add(self, kind: str, sem: str = "", process: str = "1", after: float = 0.001, **data: Any) -> Made:
+        self.us += int(after * 1e6)
+        self.events.append(Event(len(self.events), self.us, 0, kind, sem, process, data))
+        return self
+
+    def ask(self, call: str, sem: str, weight: int = 1, process: str = "1") -> Made:
+        return self.add("invoke", sem, process, c=call, w=weight)
+
+    def enter(self, call: str, sem: str, fence: int, weight: int = 1, process: str = "1", token: str = "") -> Made:
+        return self.add("enter", sem, process, c=call, w=weight, f=fence, t=token or f"tok-{call}")
+
+    def come_in(self, call: str, sem: str, fence: int, weight: int = 1, process: str = "1") -> Made:
+        return self.ask(call, sem, weight, process).enter(call, sem, fence, weight, process)
+
+    def leave(self, call: str, sem: str, held: bool | None = True, process: str = "1", after: float = 0.001) -> Made:
+        self.add("exit", sem, process, after=after, c=call)
+        if held is not None:
+            self.add("released", sem, process, t=f"tok-{call}", held=held)
+        return self
+
+    def fault(self, what: str, seconds: float, *, stalls: bool = True, forgets: bool = False, **extra: Any) -> Made:
+        self.add("fault", id=what, phase="start", what=what, stalls=stalls, forgets=forgets, **extra)
+        return self.add("fault", after=seconds, id=what, phase="end")
+
+    def line(self, sem: str, *waiters: tuple[str, int, bool]) -> Made:
+        return self.add("line", sem, "nemesis", waiters=[list(waiter) for waiter in waiters])
+
+    def verdict(self) -> Verdict:
+        return check(self.events, LIMITS, FAIR, LEASE, TTL)
+
+
+def caught(made: Made, kind: str) -> list[str]:
+    verdict = made.verdict()
+    assert not verdict.ok, verdict.report()
+    assert verdict.violations[kind], verdict.report()
+    return verdict.violations[kind]
+
+
+def test_a_history_that_keeps_every_promise_passes_and_counts_what_it_checked() -> None:
+    made = (
+        Made()
+        .come_in("a", "mutex", 10)
+        .ask("b", "mutex", process="2")
+        .ask("c", "mutex", process="3")
+        .line("mutex", ("b", 1, True), ("c", 2, True))
+        .leave("a", "mutex")
+        .enter("b", "mutex", 11, process="2")
+        .leave("b", "mutex", process="2")
+        .enter("c", "mutex", 12, process="3")
+        .leave("c", "mutex", process="3")
+        .come_in("d", "fair", 5, weight=2)
+        .come_in("e", "fair", 6, weight=1, process="2")
+        .leave("d", "fair")
+        .leave("e", "fair", process="2")
+    )
+    verdict = made.verdict()
+    assert verdict.ok, verdict.report()
+    assert verdict.stats["entries"] == 5
+    assert verdict.stats["fair grants checked (mutex)"] == 2
+    assert verdict.stats["releases applied"] == 5
+
+
+def test_two_inside_a_limit_of_one_is_an_overlap() -> None:
+    made = Made().come_in("a", "mutex", 1).come_in("b", "mutex", 2, process="2").leave("a", "mutex")
+    (found,) = caught(made, "over the limit")
+    assert "weight 2 > 1" in found
+
+
+def test_weights_are_counted() -> None:
+    assert caught(Made().come_in("a", "fair", 1, weight=2).come_in("b", "fair", 2, weight=2), "over the limit")
+    assert Made().come_in("a", "fair", 1, weight=2).come_in("b", "fair", 2, weight=1).verdict().ok
+
+
+def test_a_repeated_fence_is_caught() -> None:
+    made = Made().come_in("a", "free", 7).come_in("b", "free", 7, process="2")
+    assert caught(made, "fences repeated") == ["free fence 7 granted 2 times: a, b"]
+
+
+def test_a_fence_below_one_that_entered_before_the_call_is_caught() -> None:
+    made = Made().come_in("a", "mutex", 9).leave("a", "mutex").come_in("b", "mutex", 8)
+    assert caught(made, "fences out of order")
+
+
+def test_concurrent_calls_may_enter_in_either_order_of_their_fences() -> None:
+    made = (
+        Made().ask("a", "free").ask("b", "free", process="2").enter("b", "free", 5, process="2").enter("a", "free", 4)
+    )
+    assert made.verdict().ok
+
+
+def test_a_permit_released_twice_is_caught() -> None:
+    made = Made().come_in("a", "mutex", 1).leave("a", "mutex").add("released", "mutex", t="tok-a", held=True)
+    assert caught(made, "released twice")
+
+
+def test_a_release_applied_after_a_renewal_found_the_lease_gone_is_caught() -> None:
+    made = Made().come_in("a", "mutex", 1).add("lost", "mutex", t="tok-a", reason="expired").leave("a", "mutex")
+    assert caught(made, "released after lost")
+    lost_then_refused = Made().come_in("a", "mutex", 1).fault("sigstop", LEASE + 1).add("lost", "mutex", t="tok-a")
+    assert lost_then_refused.leave("a", "mutex", held=False).verdict().ok
+
+
+def test_a_waiter_granted_after_one_behind_it_is_a_fifo_inversion() -> None:
+    made = (
+        Made()
+        .come_in("h", "mutex", 1)
+        .ask("a", "mutex", process="2")
+        .ask("b", "mutex", process="3")
+        .line("mutex", ("a", 1, True), ("b", 2, True))
+        .leave("h", "mutex")
+        .enter("b", "mutex", 2, process="3")
+        .leave("b", "mutex", process="3")
+        .enter("a", "mutex", 3, process="2")
+    )
+    (found,) = caught(made, "FIFO inversions")
+    assert "b (f2) was behind a (f3)" in found
+
+
+def test_a_newcomer_served_before_a_waiter_already_in_line_is_a_fifo_inversion() -> None:
+    made = (
+        Made()
+        .come_in("h", "fair", 1, weight=2)
+        .ask("a", "fair", weight=2, process="2")
+        .line("fair", ("a", 1, True))
+        .come_in("c", "fair", 2, weight=1, process="3")
+        .leave("h", "fair")
+        .leave("c", "fair", process="3")
+        .enter("a", "fair", 3, weight=2, process="2")
+    )
+    (found,) = caught(made, "FIFO inversions")
+    assert "c (f2) asked after a (f3) was in line" in found
+
+
+def test_a_waiter_seen_lapsed_or_whose_process_stopped_keeps_no_place() -> None:
+    def inverted(*between: tuple[str, int, bool], stop: bool = False) -> Made:
+        made = Made().come_in("h", "mutex", 1).ask("a", "mutex", process="2").ask("b", "mutex", process="3")
+        made.line("mutex", ("a", 1, True), ("b", 2, True))
+        if between:
+            made.line("mutex", *between)
+        if stop:
+            made.fault("process-stop", 0.3, processes=["2"])
+        made.leave("h", "mutex").enter("b", "mutex", 2, process="3").leave("b", "mutex", process="3")
+        return made.enter("a", "mutex", 3, process="2")
+
+    assert inverted(("a", 1, False), ("b", 2, True)).verdict().ok
+    assert inverted(("b", 2, True), ("a", 3, True)).verdict().ok  # its ticket changed: it lost its place
+    assert inverted(stop=True).verdict().ok
+    assert not inverted().verdict().ok
+
+
+def test_fifo_is_not_asked_of_a_semaphore_that_is_not_fair() -> None:
+    made = (
+        Made()
+        .come_in("h", "free", 1, weight=2)
+        .ask("a", "free", weight=2, process="2")
+        .line("free", ("a", 1, True))
+        .come_in("c", "free", 2, process="3")
+    )
+    assert "FIFO inversions" not in made.verdict().violations
+
+
+def stalled_holder(seconds: float, *, told: bool = True, newcomer_fence: int = 2) -> Made:
+    """Holder "a" of the mutex, its process stopped ``seconds``; "b" comes in meanwhile."""
+    made = Made().come_in("a", "mutex", 1)
+    made.add("fault", id="stop", phase="start", what="process-stop", stalls=True, processes=["1"])
+    made.come_in("b", "mutex", newcomer_fence, process="2")
+    made.add("fault", after=seconds, id="stop", phase="end")
+    made.leave("b", "mutex", process="2")
+    if told:
+        made.add("lost", "mutex", t="tok-a", reason="expired")
+    return made.leave("a", "mutex", held=False, after=0.01 if told else LEASE + 1)
+
+
+def test_a_holder_stalled_past_half_a_lease_may_be_overtaken_once_told() -> None:
+    verdict = stalled_holder(LEASE * 0.6).verdict()
+    assert verdict.ok, verdict.report()
+    assert verdict.stats["excuses needed"] == 1
+
+
+def test_a_stall_shorter_than_half_a_lease_excuses_nothing() -> None:
+    assert caught(stalled_holder(LEASE * 0.3), "over the limit")
+
+
+def test_a_permit_lost_without_a_fault_to_end_its_lease_is_caught() -> None:
+    made = (
+        Made()
+        .come_in("a", "mutex", 1)
+        .fault("sigstop", 1.5)
+        .add("lost", "mutex", t="tok-a")
+        .leave("a", "mutex", held=False)
+    )
+    (found,) = caught(made, "permits lost without cause")
+    assert "a renewal found it gone" in found
+    released_gone = Made().come_in("a", "mutex", 1).leave("a", "mutex", held=False)
+    assert caught(released_gone, "permits lost without cause")
+    after_a_long_stall = Made().come_in("a", "mutex", 1).add("exit", "mutex", c="a").fault("sigstop", LEASE + 1)
+    assert after_a_long_stall.add("released", "mutex", t="tok-a", held=False).verdict().ok
+
+
+def test_a_stale_holder_never_told_is_caught() -> None:
+    assert caught(stalled_holder(LEASE * 0.6, told=False), "stale holders not told")
+
+
+def test_a_stale_holder_the_resource_would_not_refuse_is_caught() -> None:
+    assert caught(stalled_holder(LEASE * 0.6, newcomer_fence=1), "stale holders not fenced off")
+
+
+def test_an_excused_holder_whose_release_found_it_held_is_caught() -> None:
+    made = Made().come_in("a", "mutex", 1).fault("sigstop", LEASE * 0.6).come_in("b", "mutex", 2, process="2")
+    made.add("lost", "mutex", t="tok-a").leave("a", "mutex", held=True)
+    assert caught(made, "stale holders released as held")
+
+
+def test_grants_a_restart_forgot_may_overlap_until_their_holders_are_told() -> None:
+    made = Made().come_in("a", "mutex", 10).fault("restart", 0.2, stalls=False, forgets=True)
+    made.come_in("b", "mutex", 1_000_000, process="2").add("lost", "mutex", t="tok-a", reason="vanished")
+    made.leave("a", "mutex", held=False).leave("b", "mutex", process="2")
+    verdict = made.verdict()
+    assert verdict.ok, verdict.report()
+
+
+def test_a_call_made_once_the_server_was_down_holds_no_forgotten_grant() -> None:
+    made = Made().come_in("a", "mutex", 10)
+    made.add("fault", id="r", phase="start", what="restart-empty", forgets=True).add("fault", id="r", phase="down")
+    made.come_in("b", "mutex", 20, process="2").come_in("c", "mutex", 21, process="3")
+    made.add("fault", id="r", phase="end").add("lost", "mutex", t="tok-a").leave("a", "mutex", held=False)
+    (found,) = caught(made, "over the limit")
+    assert "b (w1 f20)" in found and "c (w1 f21)" in found and "a (" not in found
+
+
+def test_an_excess_is_put_down_to_the_holders_inside_before_the_fault() -> None:
+    made = Made().come_in("a", "mutex", 10).add("fault", id="s", phase="start", what="sigstop", stalls=True)
+    made.come_in("b", "mutex", 11, process="2").add("fault", id="s", phase="end", after=LEASE)
+    made.add("lost", "mutex", t="tok-a").leave("a", "mutex", held=False).leave("b", "mutex", process="2")
+    verdict = made.verdict()
+    assert verdict.ok, verdict.report()
+    assert verdict.stats["excused"] == 2 and verdict.stats["excuses needed"] == 1
+
+
+def test_a_rollback_that_repeats_a_fence_is_caught_even_where_the_overlap_is_excused() -> None:
+    made = Made().come_in("a", "mutex", 10).leave("a", "mutex").come_in("b", "mutex", 11, process="2")
+    made.fault("rollback", 0.2, stalls=False, forgets=True).come_in("c", "mutex", 11, process="3")
+    made.add("lost", "mutex", t="tok-b").leave("b", "mutex", held=False, process="2")
+    verdict = made.verdict()
+    assert verdict.violations["fences repeated"] and verdict.violations["fences out of order"]
+    assert verdict.violations["stale holders not fenced off"]
+    assert not verdict.violations["over the limit"]
+
+
+def test_a_raised_limit_lets_more_in_and_a_lowered_one_takes_no_permit_away() -> None:
+    made = Made().come_in("a", "free", 1).come_in("b", "free", 2, process="2")
+    made.add("limit", "free", "nemesis", phase="start", new=3).add("limit", "free", "nemesis", phase="end", new=3)
+    made.come_in("c", "free", 3, process="3")
+    made.add("limit", "free", "nemesis", phase="start", new=1).add("limit", "free", "nemesis", phase="end", new=1)
+    made.leave("c", "free", process="3")
+    assert made.verdict().ok
+    assert caught(made.come_in("d", "free", 4, process="4"), "over the limit")
+
+
+def test_a_dead_process_is_outside_from_when_it_was_found_dead() -> None:
+    made = Made().come_in("a", "mutex", 1).add("dead", process="1").come_in("b", "mutex", 2, process="2")
+    assert made.verdict().ok
+
+
+def test_an_unexpected_exception_in_a_worker_fails_the_history() -> None:
+    assert caught(Made().add("error", c="a", text="ResponseError: boom"), "worker errors")
