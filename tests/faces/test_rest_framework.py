@@ -96,11 +96,57 @@ def test_wait_answers_the_same_seconds_as_retry_after(rf) -> None:
     force_authenticate(request, user=get_user_model().objects.get(username="alice"))
     drf_request = view.initialize_request(request)
     throttle = SemaphoreThrottle()
+    assert throttle.allow_request(drf_request, view)  # the permit is asked for when the handler starts
+    assert throttle.wait() is None
     with pytest.raises(Throttled) as refused:
-        throttle.allow_request(drf_request, view)
+        view.get(drf_request)
     assert refused.value.wait == throttle.wait() >= 1
     assert refused.value.status_code == 503
     held.release()
+
+
+@pytest.mark.parametrize("path", ["/drf/rated-first/", "/drf/rated-last/"])
+@pytest.mark.parametrize("full", [False, True])
+def test_a_request_another_throttle_refused_takes_no_permit_and_waits_for_none(
+    client: Client, path: str, full: bool
+) -> None:
+    """REST framework asks every throttle, even after one said no: the permit is asked for only once all let it in.
+
+    Found: a request a rate throttle had refused waited in line (``wait`` 5 s)
+    for a permit, got 503 for concurrency instead of its 429, or took a
+    permit for the time its 429 took to send, whichever side of the rate
+    throttle ``SemaphoreThrottle`` stood.
+    """
+    held = hold() if full else None
+    refused = client.get(path, headers=as_user("alice"))
+    assert refused.status_code == 429  # the rate throttle's refusal, not ours
+    assert refused["Retry-After"] == "7"
+    assert outcomes.counts() == {}  # never asked for a permit, so never waited for one
+    assert used() == (1 if full else 0)
+    if held is not None:
+        held.release()
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("get", "/drf/orders/"), ("get", "/drf/orders/7/"), ("head", "/drf/items/")]
+)
+def test_viewset_actions_and_head_take_the_permit_as_their_handler_starts(
+    client: Client, method: str, path: str
+) -> None:
+    held = hold()
+    assert getattr(client, method)(path, headers=as_user("alice")).status_code == 503
+    held.release()
+    served = getattr(client, method)(path, headers=as_user("alice"))
+    assert served.status_code == 200
+    if method == "get":
+        assert served.json()["outcome"] == "acquired"
+    assert outcomes.counts()["api"] == {"full": 1, "acquired": 1}
+    assert used() == 0
+
+
+def test_a_method_the_view_does_not_serve_takes_no_permit(client: Client) -> None:
+    assert client.delete("/drf/items/", headers=as_user("alice")).status_code == 405
+    assert outcomes.counts() == {}
 
 
 def test_a_view_maps_to_its_semaphore_by_throttle_scope(client: Client) -> None:

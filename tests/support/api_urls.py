@@ -21,12 +21,14 @@ from django.urls import path
 from django.utils.decorators import method_decorator
 from ninja import NinjaAPI, Router
 from ninja.security import HttpBearer
+from rest_framework import routers, viewsets
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from django_semaphore.decorators import semaphore
@@ -125,6 +127,43 @@ class Missing(TokenView):
 
     def get(self, request: Request) -> Response:
         raise NotFound("no such item")
+
+
+class Orders(viewsets.ViewSet):
+    """A viewset through a router: its actions are the handlers that take the permit."""
+
+    authentication_classes = (TokenAuthentication,)
+    permission_classes = (IsAuthenticated,)
+    throttle_classes = (SemaphoreThrottle,)
+    semaphore = "api"
+
+    def list(self, request: Request) -> Response:
+        return Response({"user": request.user.username, "outcome": request.semaphore.outcome})
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response({"pk": pk, "outcome": request.semaphore.outcome})
+
+
+drf_router = routers.SimpleRouter()
+drf_router.register("drf/orders", Orders, basename="drf-orders")
+
+
+class RateRefused(BaseThrottle):
+    """A rate throttle that refuses every request, asking for 7 s."""
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        return False
+
+    def wait(self) -> float:
+        return 7
+
+
+class RatedFirst(Waiting):
+    throttle_classes = (RateRefused, SemaphoreThrottle)
+
+
+class RatedLast(Waiting):
+    throttle_classes = (SemaphoreThrottle, RateRefused)
 
 
 @method_decorator(semaphore("api"), name="dispatch")
@@ -257,7 +296,10 @@ urlpatterns = [
     path("drf/stream/", Stream.as_view()),
     path("drf/broken/", Broken.as_view()),
     path("drf/missing/", Missing.as_view()),
+    path("drf/rated-first/", RatedFirst.as_view()),
+    path("drf/rated-last/", RatedLast.as_view()),
     path("drf/decorated/", Decorated.as_view(), name="drf-decorated"),
     path("ninja/", api.urls),
     path("login/<str:username>/", log_in),
+    *drf_router.urls,
 ]
