@@ -266,6 +266,27 @@ def test_the_check_names_a_decorated_view_whose_user_key_runs_before_its_token(c
     assert not [m for m in found if "api_urls.Items" in m.msg]
 
 
+def test_the_check_names_a_function_view_by_its_own_name() -> None:
+    """``@api_view`` makes a class named ``WrappedAPIView`` in REST framework's code: the check names the function."""
+    found = [m.msg for m in check_user_keys_before_authentication() if m.id == "django_semaphore.W009"]
+    named = [msg for msg in found if "tests.support.api_urls.decorated_function " in msg]
+    assert len(named) == 1, found
+    assert not [msg for msg in found if "WrappedAPIView" in msg]
+
+
+def test_the_check_does_not_name_a_handler_decorated_after_the_views_authentication(client: Client) -> None:
+    """``method_decorator(semaphore(...), name="get")`` runs inside ``dispatch``, after the authenticators: it sees
+    REST framework's request, whose user is the token's, and limits per user. Found: W009 named it all the same."""
+    held = hold(user="alice")
+    assert client.get("/drf/handler-decorated/", headers=as_user("alice")).status_code == 503
+    served = client.get("/drf/handler-decorated/", headers=as_user("bob"))
+    assert served.status_code == 200 and served.json() == {"user": "bob", "outcome": "acquired"}
+    held.release()
+    assert used(user="alice") == 0 and used(user="bob") == 0
+    found = [m.msg for m in check_user_keys_before_authentication() if m.id == "django_semaphore.W009"]
+    assert not [msg for msg in found if "HandlerDecorated" in msg], found
+
+
 def test_the_check_names_middleware_rules_keyed_by_user_ahead_of_token_views(settings) -> None:
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django_semaphore.middleware.SemaphoreMiddleware"]
     settings.SEMAPHORE_MIDDLEWARE_RULES = [

@@ -24,6 +24,7 @@ from ninja.security import HttpBearer
 from rest_framework import routers, viewsets
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -178,6 +179,26 @@ class Decorated(APIView):
         return Response({"user": request.user.username})
 
 
+@method_decorator(semaphore("api"), name="get")
+class HandlerDecorated(APIView):
+    """The decorator on a handler: it runs after the view's authentication, with REST framework's request."""
+
+    authentication_classes = (TokenAuthentication,)
+    permission_classes = (IsAuthenticated,)
+
+    def get(self, request: Request) -> Response:
+        return Response({"user": request.user.username, "outcome": request.semaphore.outcome})
+
+
+@semaphore("api")
+@api_view(["GET"])
+@authentication_classes([TokenAuthentication])
+@permission_classes([IsAuthenticated])
+def decorated_function(request: Request) -> Response:
+    """A function view whose decorator runs before its authentication (W009 names it)."""
+    return Response({"user": request.user.username})
+
+
 # -- Django Ninja ------------------------------------------------------------------------------------
 
 
@@ -299,6 +320,8 @@ urlpatterns = [
     path("drf/rated-first/", RatedFirst.as_view()),
     path("drf/rated-last/", RatedLast.as_view()),
     path("drf/decorated/", Decorated.as_view(), name="drf-decorated"),
+    path("drf/handler-decorated/", HandlerDecorated.as_view()),
+    path("drf/decorated-function/", decorated_function),
     path("ninja/", api.urls),
     path("login/<str:username>/", log_in),
     *drf_router.urls,
