@@ -40,12 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest
 
 from .core.semaphore import get_semaphore
 from .exceptions import BackendUnavailable, SemaphoreFull
 from .web.admission import Admission, Guarded, admit
 from .web.conf import web_setting
 from .web.holding import ReleasedOnError, finish, release_all
+from .web.partition_keys import user_key
 from .web.response_log import log_answer
 from .web.responses import add_ratelimit_headers, refusal_detail, refusal_status
 
@@ -59,7 +61,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
         'django_semaphore.rest_framework needs Django REST framework: pip install "django-semaphore[drf]"'
     ) from exc
 
-__all__ = ["SCOPES_SETTING", "SemaphoreThrottle", "SemaphoreThrottled"]
+__all__ = ["SCOPES_SETTING", "SemaphoreThrottle", "SemaphoreThrottled", "user_of"]
 
 # throttle_scope -> semaphore name, as ScopedRateThrottle maps a scope to a rate.
 SCOPES_SETTING = "SEMAPHORE_THROTTLE_SCOPES"
@@ -82,6 +84,25 @@ class SemaphoreThrottled(Throttled):
         super().__init__(wait=wait, detail=refusal_detail(exception))
         self.status_code = refusal_status(exception)
         self.semaphore_exception = exception
+
+
+def user_of(request: HttpRequest) -> Any:
+    """The user a REST framework request serves, for the ``"user"`` and ``"user_or_ip"`` keys: ``request.user``.
+
+    An authenticator that accepted credentials without naming a user
+    (``(None, key)``, an anonymous user with ``request.auth`` set) leaves a
+    request these keys cannot tell apart from another's: that is refused
+    with ``ImproperlyConfigured`` rather than counted as anonymous, which
+    the user keys never limit.
+    """
+    user, auth = getattr(request, "user", None), getattr(request, "auth", None)  # REST framework's Request
+    if user_key(user) is None and auth is not None:
+        raise ImproperlyConfigured(
+            f"A user key cannot tell whose request this is: REST framework's authentication accepted a "
+            f"{type(auth).__name__} naming no user. Return the user from your authenticator, or give the "
+            "view a semaphore_key, a function of the request (request.auth), as docs/guides/rest-framework.md shows."
+        )
+    return user
 
 
 class SemaphoreThrottle(BaseThrottle):
@@ -110,7 +131,8 @@ class SemaphoreThrottle(BaseThrottle):
             return True
         if get_semaphore(name).config.room is not None:
             raise ImproperlyConfigured(f"Semaphore {name!r} is a waiting room, which guards pages, not API views.")
-        guarded = Guarded(name, self._option(view, KEY), self._option(view, WAIT), self._option(view, WEIGHT))
+        options = (self._option(view, KEY), self._option(view, WAIT), self._option(view, WEIGHT))
+        guarded = Guarded(name, *options, user_of=user_of)
         _guards_of(view, request).asked.append((self, guarded))
         return True
 

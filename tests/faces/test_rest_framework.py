@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.checks import Warning as CheckWarning
+from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from django_semaphore import get_semaphore, outcomes
@@ -180,6 +181,15 @@ def test_a_waiting_request_is_served_when_the_permit_comes_back(client: Client) 
         released.join()
     assert response.status_code == 200
     assert waited and waited[0] > 0
+
+
+def test_credentials_that_name_no_user_are_not_counted_as_anonymous(client: Client) -> None:
+    """An authenticator that returned ``(None, key)``: "user" would count the request as anonymous, which it never
+    limits. Found: served, not limited, as under Ninja's guard it is refused with ImproperlyConfigured."""
+    with pytest.raises(ImproperlyConfigured, match="cannot tell whose request this is"):
+        client.get("/drf/key-only/", headers={"X-Api-Key": "k" * 20})
+    anonymous = client.get("/drf/key-only/")  # no credentials at all: anonymous, not limited, as everywhere
+    assert anonymous.status_code == 200 and anonymous.json() == {"outcome": "not_limited"}
 
 
 def test_a_key_function_receives_rest_frameworks_request(client: Client) -> None:

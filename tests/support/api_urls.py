@@ -22,11 +22,11 @@ from django.utils.decorators import method_decorator
 from ninja import NinjaAPI, Router
 from ninja.security import HttpBearer
 from rest_framework import routers, viewsets
-from rest_framework.authentication import TokenAuthentication
+from rest_framework.authentication import BaseAuthentication, TokenAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.exceptions import NotFound
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
@@ -147,6 +147,22 @@ class Orders(viewsets.ViewSet):
 
 drf_router = routers.SimpleRouter()
 drf_router.register("drf/orders", Orders, basename="drf-orders")
+
+
+class KeyOnly(BaseAuthentication):
+    """An API key that names no user: REST framework's request.user is then anonymous, request.auth the key."""
+
+    def authenticate(self, request: Request) -> tuple[None, str] | None:
+        key = request.headers.get("X-Api-Key")
+        return None if not key else (None, key)
+
+
+class KeyOnlyItems(Items):
+    authentication_classes = (KeyOnly,)
+    permission_classes = (AllowAny,)
+
+    def get(self, request: Request) -> Response:
+        return Response({"outcome": request.semaphore.outcome})
 
 
 class RateRefused(BaseThrottle):
@@ -317,6 +333,7 @@ urlpatterns = [
     path("drf/stream/", Stream.as_view()),
     path("drf/broken/", Broken.as_view()),
     path("drf/missing/", Missing.as_view()),
+    path("drf/key-only/", KeyOnlyItems.as_view()),
     path("drf/rated-first/", RatedFirst.as_view()),
     path("drf/rated-last/", RatedLast.as_view()),
     path("drf/decorated/", Decorated.as_view(), name="drf-decorated"),
