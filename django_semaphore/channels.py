@@ -84,9 +84,18 @@ async def scope_key(scope: _ChannelScope, spec: Any) -> Any:
     ``"user_or_ip"``, ``"ip"``, or a function of the scope (sync or async) or its dotted path.
 
     The values are the same as a request's (``user:<pk>``, ``ip:<address>``),
-    so a per-user semaphore counts a user's requests and sockets together.
+    so a per-user semaphore counts a user's requests and sockets together. A
+    scope without ``"user"`` (no ``AuthMiddlewareStack``) is not an anonymous
+    user: the user kinds refuse it with ``ImproperlyConfigured`` rather than
+    pass every socket.
     """
     if spec in KINDS:
+        if spec != "ip" and "user" not in scope:
+            raise ImproperlyConfigured(
+                f"A {spec!r} key reads scope['user'], which this connection's scope does not have: wrap its route in "
+                "channels.auth.AuthMiddlewareStack (or a middleware of yours that sets it), or key it by a function "
+                "of the scope."
+            )
         user = user_key(scope.get("user")) if spec != "ip" else None
         return partition_value(user or (ip_key(_scope_ip(scope)) if spec != "user" else None), spec)
     function = import_string(spec) if isinstance(spec, str) and "." in spec else spec

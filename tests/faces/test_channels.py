@@ -16,6 +16,7 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
 from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import ImproperlyConfigured
 
 from django_semaphore import get_semaphore, outcomes
 from django_semaphore.channels import TRY_AGAIN_LATER, SemaphoreConsumerMixin
@@ -156,6 +157,22 @@ def test_anonymous_users_are_not_limited_by_a_user_key() -> None:
 
     run(scenario())
     assert outcomes.counts()["sockets"] == {"not_limited": 3}
+
+
+@pytest.mark.parametrize("key", ["user", "user_or_ip"])
+def test_a_user_key_without_a_user_in_the_scope_is_a_configuration_error(settings, key: str) -> None:
+    """No ``AuthMiddlewareStack`` around the route: the scope has no ``"user"`` at all, which is not an anonymous
+    user. Found: every socket connected, not limited (``"user"``) or limited per address (``"user_or_ip"``)."""
+    settings.SEMAPHORES = {**settings.SEMAPHORES, "sockets": {**SOCKETS["sockets"], "key": key}}
+
+    async def scenario() -> None:
+        talk = communicator(Echo)
+        del talk.scope["user"]
+        with pytest.raises(ImproperlyConfigured, match="AuthMiddlewareStack"):
+            await talk.connect()
+
+    run(scenario())
+    assert outcomes.counts() == {}
 
 
 def test_weights_and_waiting() -> None:
