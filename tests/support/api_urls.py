@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 import redis
@@ -37,6 +38,7 @@ from django_semaphore.ninja import semaphore as ninja_semaphore
 from django_semaphore.rest_framework import SemaphoreThrottle
 
 from .api_declared import SCOPES, SEMAPHORES, TOKENS  # noqa: F401 - the tests import them from here too
+from .workers import Referee
 
 # The key functions saw these request types (a test reads it).
 KEYED: list[type] = []
@@ -59,6 +61,18 @@ def hold(request: HttpRequest) -> None:
             client.blpop([listed], timeout=30)
         finally:
             client.close()
+
+
+def counted(request: HttpRequest, user: Any, weight: int) -> None:
+    """Count this request inside (by its weight) in the contention test's referee, for a moment."""
+    limit = SEMAPHORES["counted"]["limit"]
+    client = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    base = f"{os.environ.get('SEMAPHORE_KEY_PREFIX', '')}referee:{user.pk}:"
+    try:
+        with Referee(client, base, limit).entered(weight):
+            time.sleep(0.01)
+    finally:
+        client.close()
 
 
 def tenant_key(request: Any) -> str:
@@ -147,6 +161,18 @@ class Orders(viewsets.ViewSet):
 
 drf_router = routers.SimpleRouter()
 drf_router.register("drf/orders", Orders, basename="drf-orders")
+
+
+class Counted(TokenView):
+    semaphore = "counted"
+
+    def get(self, request: Request) -> Response:
+        counted(request, request.user, getattr(self, "semaphore_weight", None) or 1)
+        return Response({"user": request.user.username})
+
+
+class CountedHeavy(Counted):
+    semaphore_weight = 2
 
 
 class KeyOnly(BaseAuthentication):
@@ -297,6 +323,20 @@ def ninja_plain_decorator(request: HttpRequest) -> dict[str, Any]:
     return {"user": request.auth.username}  # type: ignore[attr-defined]
 
 
+@api.get("/counted")
+@ninja_semaphore("counted")
+def ninja_counted(request: HttpRequest) -> dict[str, Any]:
+    counted(request, request.auth, 1)  # type: ignore[attr-defined]
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
+@api.get("/async-counted")
+@ninja_semaphore("counted", weight=2)
+async def ninja_async_counted(request: HttpRequest) -> dict[str, Any]:
+    await sync_to_async(counted)(request, request.auth, 2)  # type: ignore[attr-defined]
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
 router = Router()
 router.add_decorator(ninja_semaphore("api"), mode="view")
 
@@ -334,6 +374,8 @@ urlpatterns = [
     path("drf/broken/", Broken.as_view()),
     path("drf/missing/", Missing.as_view()),
     path("drf/key-only/", KeyOnlyItems.as_view()),
+    path("drf/counted/", Counted.as_view()),
+    path("drf/counted-heavy/", CountedHeavy.as_view()),
     path("drf/rated-first/", RatedFirst.as_view()),
     path("drf/rated-last/", RatedLast.as_view()),
     path("drf/decorated/", Decorated.as_view(), name="drf-decorated"),

@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -29,23 +32,31 @@ from websockets.exceptions import ConnectionClosed
 from django_semaphore import get_semaphore
 from django_semaphore.core.semaphore import Semaphore
 
+from ..support import api_load
 from ..support.api_urls import SEMAPHORES, TOKENS
 from ..support.polling import wait_until
-from ..support.uvicorn import Uvicorn
+from ..support.processes import run_to_the_end
+from ..support.uvicorn import ROOT, Uvicorn
 
 pytestmark = pytest.mark.processes
 
+spawn = multiprocessing.get_context("spawn")
+
 
 @pytest.fixture
-def site(redis_server, settings, key_prefix: str, tmp_path: Path) -> Iterator[Uvicorn]:
+def site_env(redis_server, settings, key_prefix: str, tmp_path: Path) -> dict[str, str]:
     settings.SEMAPHORES = {**settings.SEMAPHORES, **SEMAPHORES}
-    env = {
+    return {
         "DJANGO_SETTINGS_MODULE": "tests.support.api_settings",
         "SEMAPHORE_KEY_PREFIX": key_prefix,
         "REDIS_URL": redis_server.url,
         "API_SITE_DB": str(tmp_path / "api.sqlite3"),
     }
-    with Uvicorn("tests.support.api_asgi:application", env=env) as server:  # started, and stopped by its pid
+
+
+@pytest.fixture
+def site(site_env: dict[str, str]) -> Iterator[Uvicorn]:
+    with Uvicorn("tests.support.api_asgi:application", env=site_env) as server:  # started, and stopped by its pid
         yield server
 
 
@@ -119,6 +130,36 @@ def test_two_overlapping_requests_of_one_user_the_second_refused_another_users_s
         answer = first.release()
     assert answer[0] == 200 and json.loads(answer[2])["user"] == "alice"
     wait_until(lambda: user_partition(site, "alice").status().used == 0)
+
+
+def test_never_over_a_users_limit_under_contention_from_several_processes(
+    site_env: dict[str, str], redis_server, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    """Two server processes, three client processes of four threads: one token user's overlapping requests of
+    REST framework and Ninja (sync and async) views, weights 1 and 2, a wait in line of 0.2 s, under one per-user
+    limit of 2. Each view counts itself inside (by its weight) in a referee of its own: never above the limit."""
+    # The database and the users first: two workers starting together would both make them.
+    environment = {**os.environ, **site_env}
+    subprocess.run([sys.executable, "-c", "import tests.support.api_asgi"], cwd=ROOT, env=environment, check=True)
+    with Uvicorn("tests.support.api_asgi:application", env={**site_env, "API_SITE_READY": "1"}, workers=2) as server:
+        clients = [
+            spawn.Process(target=api_load.overlap, args=(server.port, redis_server.url, key_prefix, 4.0, seed))
+            for seed in range(3)
+        ]
+        run_to_the_end(clients)
+        assert all(client.exitcode == 0 for client in clients)
+        for name in ("alice", "bob"):
+            wait_until(lambda name=name: user_partition(server, name, "counted").status().used == 0)
+    answers = {key.decode(): int(count) for key, count in redis_client.hgetall(key_prefix + "answers").items()}
+    counts = {
+        name: [int(redis_client.get(f"{key_prefix}referee:{pk}:{what}") or 0) for what in ("entries", "over")]
+        for name, pk in (("alice", 1), ("bob", 2))
+    }
+    print(f"answers {answers}; entries and over per user {counts}")
+    assert set(answers) <= {"200:none", "429:retry-after"}, answers  # no 500, no refusal without Retry-After
+    assert answers.get("429:retry-after", 0) > 0, "the clients never overlapped"
+    assert counts["alice"][0] > 20 and counts["bob"][0] > 0, "the clients barely ran"
+    assert counts["alice"][1] == 0 and counts["bob"][1] == 0
 
 
 def test_the_decorator_route_passes_in_silence_which_the_check_names(site: Uvicorn, redis_server) -> None:
