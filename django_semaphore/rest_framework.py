@@ -48,8 +48,7 @@ from .web.admission import Admission, Guarded, admit
 from .web.conf import web_setting
 from .web.holding import ReleasedOnError, finish, release_all
 from .web.partition_keys import user_key
-from .web.response_log import log_answer
-from .web.responses import add_ratelimit_headers, refusal_detail, refusal_status
+from .web.responses import answered_refusal, refusal_detail, refusal_status
 
 try:
     from rest_framework.exceptions import Throttled
@@ -225,10 +224,8 @@ def _release_with_the_response(view: APIView, held: list[Admission]) -> None:
     def finalize_response(request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
         with ReleasedOnError(lambda: release_all(held)):
             response = cls.finalize_response(_alive(instance), request, response, *args, **kwargs)
-            add_ratelimit_headers(response, held)
-            if any(admission.rejected for admission in held):
+            if answered_refusal(request._request, response, held):  # Retry-After, whatever the handler rendered
                 release_all(held)  # a refusal does no work: what this request took goes back now
-                log_answer(request._request, response)  # at SEMAPHORE_503_LOG_LEVEL, not Django's ERROR
             return finish(request._request, response, held)
 
     def handle_exception(error: Exception) -> Any:

@@ -82,6 +82,18 @@ def test_the_status_is_configurable_to_429(client: Client) -> None:
     held.release()
 
 
+def test_a_sites_own_exception_handler_renders_the_refusal_with_retry_after(client: Client, settings) -> None:
+    """A site's EXCEPTION_HANDLER that builds its own responses knows nothing of Retry-After (REST framework's
+    default handler sets it from ``wait``). Found: the refusal came in the site's format without it."""
+    settings.REST_FRAMEWORK = {"EXCEPTION_HANDLER": "tests.support.api_urls.plain_errors"}
+    held = hold("api_429")
+    refused = client.get("/drf/items-429/", headers=as_user("alice"))
+    held.release()
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "semaphore_full"  # the site's own format
+    assert 1 <= int(refused["Retry-After"]) <= 30
+
+
 def test_an_anonymous_request_is_refused_by_authentication_before_the_throttle(client: Client) -> None:
     assert client.get("/drf/items/").status_code == 401
     assert outcomes.counts() == {}
