@@ -417,7 +417,8 @@ def _inside(callback: Callable[..., Any]) -> Inside | None:
                 ", ".join(_qualified(function) for function in functions),
                 f"Django Ninja's {', '.join(sorted(auths))}",
                 "django_semaphore.ninja.semaphore(...) under its @api decorator",
-                tuple((_qualified(function), function) for function in functions),
+                # The function, and the run around it (add_decorator(..., mode="view") wraps that, before the auth).
+                tuple((_qualified(op.view_func), target) for op in authenticated for target in (op.view_func, op.run)),
             )
     return None
 

@@ -362,6 +362,17 @@ async def routed_async_items(request: HttpRequest) -> dict[str, Any]:
 
 api.add_router("/routed", router)
 
+plainly_routed = Router()
+plainly_routed.add_decorator(semaphore("api"), mode="view")  # the plain view decorator, around each run: W009
+
+
+@plainly_routed.get("/items")
+def plain_router_items(request: HttpRequest) -> dict[str, Any]:
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
+api.add_router("/plainly-routed", plainly_routed)
+
 
 def log_in(request: HttpRequest, username: str) -> HttpResponse:
     """The WebSocket tests' way to a session cookie (AuthMiddlewareStack reads it); tests only."""
