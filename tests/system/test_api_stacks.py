@@ -229,6 +229,35 @@ def test_a_users_sockets_beyond_the_limit_are_closed_with_1013(site: Uvicorn, ki
     wait_until(lambda: user_partition(site, "alice", "sockets").status().used == 0)
 
 
+def test_a_socket_that_never_opens_gives_its_permit_back(site: Uvicorn) -> None:
+    """Its connect() raises (the handshake is refused, HTTP 500); its client gives up before the accept; its
+    client leaves while it waits in line, and a permit comes to it afterwards: each permit comes back."""
+    alice = session_cookie(site, "alice")
+    partition = user_partition(site, "alice", "sockets")
+
+    async def given_up(path: str) -> None:
+        with pytest.raises((TimeoutError, websockets.exceptions.InvalidStatus)):
+            await websockets.connect(site.ws_url + path, additional_headers={"Cookie": alice}, open_timeout=0.3)
+
+    async def scenario() -> None:
+        await given_up("/ws/failing/")
+        await given_up("/ws/slow/")  # its permit taken, its accept a second later, to a client gone
+        await asyncio.to_thread(wait_until, lambda: partition.status().used == 0)
+        held = [await connect(site, "/ws/async/", alice) for _ in range(2)]
+        for socket in held:
+            await socket.recv()
+        await given_up("/ws/waiting/")  # in line behind the two
+        await asyncio.to_thread(wait_until, lambda: partition.status().waiting == 1)
+        await held[0].close()  # the permit goes to the one in line, whose client is gone: back at once
+        await asyncio.to_thread(wait_until, lambda: partition.status().waiting == 0)
+        await asyncio.to_thread(wait_until, lambda: partition.status().used == 1)
+        assert [holder.metadata["path"] for holder in partition.status().holders] == ["/ws/async/"]
+        await held[1].close()
+
+    asyncio.run(scenario())
+    wait_until(lambda: partition.status().used == 0)
+
+
 def test_an_open_socket_keeps_its_permit_for_many_leases(site: Uvicorn) -> None:
     """The socket semaphore's lease is 2 s; held 7 s (three and a half leases), its permits stay renewed."""
     alice = session_cookie(site, "alice")
