@@ -11,6 +11,11 @@ which may be hours. So:
   exists only on an open socket (a close before the accept is, in ASGI, an
   HTTP 403 that browsers report as 1006). The consumer's ``connect()``,
   ``receive()`` and ``disconnect()`` never run for it.
+- **Let through.** Redis down under ``on_error: "allow"``: the socket
+  connects unguarded, and tries for its permit every third of its lease
+  until Redis answers; it then holds it, or is closed with 1013 when the
+  limit is full by then. A socket may stay open for hours: it must not stay
+  over the limit after the limits are enforced again.
 - **While open.** The permit is renewed in the background every third of
   its lease, for as long as the socket lives: no ``SEMAPHORE_WEB_MAX_HOLD``
   (a request's bound). ``semaphore_max_hold`` (or the semaphore's own
@@ -34,6 +39,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
@@ -44,7 +51,7 @@ from django.utils.module_loading import import_string
 from .core.errors import WeightAboveLimit
 from .core.failure_policy import let_through
 from .core.permit import Permit
-from .core.semaphore import get_semaphore
+from .core.semaphore import Semaphore, get_semaphore
 from .exceptions import BackendUnavailable
 from .web import request_outcomes
 from .web.addresses import client_network, parse_address
@@ -64,8 +71,12 @@ if TYPE_CHECKING:
 
 __all__ = ["TRY_AGAIN_LATER", "SemaphoreConsumerMixin", "scope_key"]
 
+logger = logging.getLogger("django_semaphore.requests")
+
 # RFC 6455's registry: "Try Again Later", the server is overloaded.
 TRY_AGAIN_LATER = 1013
+# A socket let through during an outage tries for its permit this many times per lease, as renewals go.
+RETRIES_PER_LEASE = 3
 LOST_REASON = "This connection's permit ended (its max hold, or an operator's release)."
 KINDS = ("user", "user_or_ip", "ip")
 
@@ -84,9 +95,18 @@ async def scope_key(scope: _ChannelScope, spec: Any) -> Any:
     ``"user_or_ip"``, ``"ip"``, or a function of the scope (sync or async) or its dotted path.
 
     The values are the same as a request's (``user:<pk>``, ``ip:<address>``),
-    so a per-user semaphore counts a user's requests and sockets together.
+    so a per-user semaphore counts a user's requests and sockets together. A
+    scope without ``"user"`` (no ``AuthMiddlewareStack``) is not an anonymous
+    user: the user kinds refuse it with ``ImproperlyConfigured`` rather than
+    pass every socket.
     """
     if spec in KINDS:
+        if spec != "ip" and "user" not in scope:
+            raise ImproperlyConfigured(
+                f"A {spec!r} key reads scope['user'], which this connection's scope does not have: wrap its route in "
+                "channels.auth.AuthMiddlewareStack (or a middleware of yours that sets it), or key it by a function "
+                "of the scope."
+            )
         user = user_key(scope.get("user")) if spec != "ip" else None
         return partition_value(user or (ip_key(_scope_ip(scope)) if spec != "user" else None), spec)
     function = import_string(spec) if isinstance(spec, str) and "." in spec else spec
@@ -122,11 +142,18 @@ class SemaphoreConsumerMixin(AsyncConsumer):
         self._semaphore_send = send
         self._semaphore_loop = asyncio.get_running_loop()
         self._semaphore_closing: asyncio.Task[None] | None = None
+        self._semaphore_catching_up: asyncio.Task[None] | None = None
         try:
             await super().__call__(scope, receive, send)
         finally:
-            if self.semaphore_admission is not None:
-                await self.semaphore_admission.arelease()
+            try:
+                catching_up = self._semaphore_catching_up
+                if catching_up is not None and not catching_up.done():
+                    catching_up.cancel()  # a permit it was granted as it is cancelled goes back (core/flow.py)
+                    await asyncio.wait([catching_up])
+            finally:
+                if self.semaphore_admission is not None:
+                    await self.semaphore_admission.arelease()
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         if message.get("type") == "websocket.connect" and self.semaphore is not None:
@@ -151,24 +178,63 @@ class SemaphoreConsumerMixin(AsyncConsumer):
         if held_for is None and "max_hold" in whole.config.options:
             held_for = whole.config.max_hold
         common: dict[str, Any] = {"name": name, "key": value, "partition": semaphore.partition}
+        lease = request_lease(whole.config).lease
+        options: dict[str, Any] = {
+            "wait": self.semaphore_wait,
+            "weight": self.semaphore_weight,
+            "lease": lease,
+            "max_hold": held_for,
+            "label": f"WEBSOCKET {path}"[:LABEL_LIMIT],
+            "metadata": {"path": path, "method": "WEBSOCKET"},
+            "on_lost": self._lost,
+        }
         try:
-            attempt = await semaphore.aattempt(
-                wait=self.semaphore_wait,
-                weight=self.semaphore_weight,
-                lease=request_lease(whole.config).lease,
-                max_hold=held_for,
-                label=f"WEBSOCKET {path}"[:LABEL_LIMIT],
-                metadata={"path": path, "method": "WEBSOCKET"},
-                on_lost=self._lost,
-            )
+            attempt = await semaphore.aattempt(**options)
         except BackendUnavailable as error:
             allowed = let_through(semaphore.config, error, where=path)
+            if allowed:
+                later = self._catch_up(semaphore, {**options, "wait": 0}, lease / RETRIES_PER_LEASE)
+                self._semaphore_catching_up = asyncio.ensure_future(later)
             outcome = request_outcomes.ERROR_ALLOWED if allowed else request_outcomes.ERROR_DENIED
             return self._noted(Admission(outcome=outcome, error=None if allowed else error, **common))
         except WeightAboveLimit:  # an operator lowered the limit below the weight: answered as full
             return self._noted(Admission(outcome=request_outcomes.FULL, **common))
         outcome = request_outcomes.ACQUIRED if attempt.granted else request_outcomes.FULL
         return self._noted(Admission(outcome=outcome, permit=attempt.permit, attempt=attempt, **common))
+
+    async def _catch_up(self, semaphore: Semaphore, options: dict[str, Any], every: float) -> None:
+        """A socket let through unguarded during an outage (``on_error: "allow"``) takes its permit once Redis
+        answers, or is closed with 1013 when the limit is full by then.
+
+        A request let through ends within its max hold; a socket may stay open
+        for hours, which would keep its user over the limit long after the
+        limits are enforced again. Tried every third of the lease, as a held
+        socket's permit is renewed; its outcome stays the one counted when it
+        connected.
+        """
+        while True:
+            await asyncio.sleep(every)
+            try:
+                attempt = await semaphore.aattempt(**options)
+            except BackendUnavailable:
+                continue  # still down: it stays open unguarded, as the policy says
+            except WeightAboveLimit:
+                attempt = None
+            except Exception:  # a bug must not end the connection: it stays as it was let in
+                logger.exception("A socket let through during an outage could not take its permit of %r", semaphore)
+                return
+            admission = self.semaphore_admission
+            if admission is None:  # pragma: no cover - set before this task starts
+                return
+            if attempt is not None and attempt.granted:
+                self.semaphore_admission = replace(
+                    admission, outcome=request_outcomes.ACQUIRED, permit=attempt.permit, attempt=attempt
+                )
+                return
+            self.semaphore_admission = refused = replace(admission, outcome=request_outcomes.FULL, attempt=attempt)
+            with contextlib.suppress(Exception):  # the socket may be closing already
+                await self._close(accept=False, reason=refusal_detail(refused.exception()))
+            return
 
     def _noted(self, admission: Admission) -> Admission:
         details = {"partition": admission.partition, "mode": ENFORCE, "request": None, "scope": self.scope}

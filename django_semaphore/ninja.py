@@ -37,14 +37,13 @@ from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest
 
 from .core.redis_keys import check_name
 from .exceptions import BackendUnavailable, SemaphoreFull
 from .web.admission import Admission, Guarded, aadmit, admit
 from .web.holding import AReleasedOnError, ReleasedOnError, afinish, arelease_all, finish, release_all
-from .web.response_log import log_answer
-from .web.responses import add_ratelimit_headers, refusal_detail, refusal_status
+from .web.responses import answered_refusal, refusal_detail, refusal_status
 
 try:
     from ninja.decorators import decorate_view
@@ -192,7 +191,8 @@ def _guarded_run(run: Function, is_async: bool) -> Function:
             try:
                 async with AReleasedOnError(lambda: arelease_all(held)):
                     response = await run(request, *args, **kwargs)
-                    if _answered_refusal(request, response, held):
+                    # Retry-After on the API's answer; a refusal does no work: what it took goes back at once.
+                    if answered_refusal(request, response, held):
                         await arelease_all(held)
                     return await afinish(request, response, held)
             finally:
@@ -209,27 +209,10 @@ def _guarded_run(run: Function, is_async: bool) -> Function:
         try:
             with ReleasedOnError(lambda: release_all(held)):
                 response = run(request, *args, **kwargs)
-                if _answered_refusal(request, response, held):
+                if answered_refusal(request, response, held):  # as above
                     release_all(held)
                 return finish(request, response, held)
         finally:
             delattr(request, _HELD)
 
     return guarded_sync_run
-
-
-def _answered_refusal(request: HttpRequest, response: HttpResponseBase, held: list[Admission]) -> bool:
-    """Put the rate-limit fields on the response, and Retry-After when a semaphore refused; True then.
-
-    A refusal is answered by the API's handler for ``SemaphoreRefused`` (an
-    ``HttpError``), which knows nothing of Retry-After; and it does no work,
-    so what the request took goes back at once.
-    """
-    add_ratelimit_headers(response, held)
-    refused = next((admission for admission in held if admission.rejected), None)
-    if refused is None:
-        return False
-    if not response.has_header("Retry-After"):
-        response["Retry-After"] = str(max(refused.retry_after, 1))
-    log_answer(request, response)  # at SEMAPHORE_503_LOG_LEVEL, not Django's ERROR
-    return True

@@ -7,12 +7,20 @@ token, JWT or API-key client as anonymous. A throttle runs after that:
 ``key="user"`` is REST framework's ``request.user``, and a key function
 receives REST framework's ``Request``.
 
-A throttle has no hook after the response, so the one that takes a permit
-hands it to the view instance serving this request: its
-``finalize_response`` passes it on to the response, which holds it until
-the server has sent and closed it (web/holding.py, streaming included), and
-its ``handle_exception`` gives it back when an error escapes the view.
-Both are wrapped on that instance only, never on the class.
+REST framework asks every throttle of the view, even after one said no,
+and refuses only once all were asked. So ``allow_request`` takes no permit:
+it notes the semaphore, and the permit is asked for when the handler
+(``get``, ``post``, a viewset's action) is called, after every throttle let
+the request in. A request another throttle refused never waits in line
+for a permit nor holds one, wherever the throttles stand in the list.
+
+A throttle has no hook after the response either: the view instance
+serving this request is. Its handler takes the permits, its
+``finalize_response`` passes them on to the response, which holds them
+until the server has sent and closed it (web/holding.py, streaming
+included), and its ``handle_exception`` gives them back when an error
+escapes the view. All three are wrapped on that instance only, never on
+the class.
 
 A refusal raises ``SemaphoreThrottled``, REST framework's ``Throttled``
 with the semaphore's status (503, or 429 with ``"status": 429``): the
@@ -28,17 +36,19 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest
 
 from .core.semaphore import get_semaphore
 from .exceptions import BackendUnavailable, SemaphoreFull
 from .web.admission import Admission, Guarded, admit
 from .web.conf import web_setting
 from .web.holding import ReleasedOnError, finish, release_all
-from .web.response_log import log_answer
-from .web.responses import add_ratelimit_headers, refusal_detail, refusal_status
+from .web.partition_keys import user_key
+from .web.responses import answered_refusal, refusal_detail, refusal_status
 
 try:
     from rest_framework.exceptions import Throttled
@@ -50,14 +60,14 @@ except ImportError as exc:  # pragma: no cover - the message is the point
         'django_semaphore.rest_framework needs Django REST framework: pip install "django-semaphore[drf]"'
     ) from exc
 
-__all__ = ["SCOPES_SETTING", "SemaphoreThrottle", "SemaphoreThrottled"]
+__all__ = ["SCOPES_SETTING", "SemaphoreThrottle", "SemaphoreThrottled", "user_of"]
 
 # throttle_scope -> semaphore name, as ScopedRateThrottle maps a scope to a rate.
 SCOPES_SETTING = "SEMAPHORE_THROTTLE_SCOPES"
 # The attributes a view (or a subclass of the throttle) sets; the view's win.
 NAME, KEY, WAIT, WEIGHT = "semaphore", "semaphore_key", "semaphore_wait", "semaphore_weight"
-# The admissions of the request a view instance serves (the instance lives for one request).
-_HELD = "_semaphore_held"
+# What the throttles asked of the request a view instance serves (the instance lives for one request).
+_HELD = "_semaphore_guards"
 
 
 class SemaphoreThrottled(Throttled):
@@ -73,6 +83,25 @@ class SemaphoreThrottled(Throttled):
         super().__init__(wait=wait, detail=refusal_detail(exception))
         self.status_code = refusal_status(exception)
         self.semaphore_exception = exception
+
+
+def user_of(request: HttpRequest) -> Any:
+    """The user a REST framework request serves, for the ``"user"`` and ``"user_or_ip"`` keys: ``request.user``.
+
+    An authenticator that accepted credentials without naming a user
+    (``(None, key)``, an anonymous user with ``request.auth`` set) leaves a
+    request these keys cannot tell apart from another's: that is refused
+    with ``ImproperlyConfigured`` rather than counted as anonymous, which
+    the user keys never limit.
+    """
+    user, auth = getattr(request, "user", None), getattr(request, "auth", None)  # REST framework's Request
+    if user_key(user) is None and auth is not None:
+        raise ImproperlyConfigured(
+            f"A user key cannot tell whose request this is: REST framework's authentication accepted a "
+            f"{type(auth).__name__} naming no user. Return the user from your authenticator, or give the "
+            "view a semaphore_key, a function of the request (request.auth), as docs/guides/rest-framework.md shows."
+        )
+    return user
 
 
 class SemaphoreThrottle(BaseThrottle):
@@ -101,14 +130,21 @@ class SemaphoreThrottle(BaseThrottle):
             return True
         if get_semaphore(name).config.room is not None:
             raise ImproperlyConfigured(f"Semaphore {name!r} is a waiting room, which guards pages, not API views.")
-        guarded = Guarded(name, self._option(view, KEY), self._option(view, WAIT), self._option(view, WEIGHT))
-        held = _held_by(view)
+        options = (self._option(view, KEY), self._option(view, WAIT), self._option(view, WEIGHT))
+        guarded = Guarded(name, *options, user_of=user_of)
+        _guards_of(view, request).asked.append((self, guarded))
+        return True
+
+    def admit(self, request: Request, guarded: Guarded, held: list[Admission]) -> None:
+        """Take ``guarded``'s permit for ``request`` (into ``held``), or raise its refusal.
+
+        Called as the handler starts, once every throttle of the view let the request in.
+        """
         admission = admit(request, guarded)
         held.append(admission)
         if admission.rejected:
             self._retry_after = max(admission.retry_after, 1)
             raise SemaphoreThrottled(admission.exception(), self._retry_after)
-        return True
 
     def wait(self) -> float | None:
         """The seconds a refused request was asked to wait (its Retry-After); None after a grant."""
@@ -130,14 +166,50 @@ class SemaphoreThrottle(BaseThrottle):
         return getattr(self, attribute) if value is None else value
 
 
-def _held_by(view: APIView) -> list[Admission]:
-    """The admissions of the request ``view`` serves; the first one sets up their release on every way out."""
-    held: list[Admission] | None = view.__dict__.get(_HELD)
-    if held is None:
-        held = []
-        setattr(view, _HELD, held)
-        _release_with_the_response(view, held)
-    return held
+@dataclass
+class _Guards:
+    """What the throttles asked of the request one view instance serves, and the admissions it holds."""
+
+    asked: list[tuple[SemaphoreThrottle, Guarded]] = field(default_factory=list)
+    held: list[Admission] = field(default_factory=list)
+
+
+def _guards_of(view: APIView, request: Request) -> _Guards:
+    """The guards of the request ``view`` serves; the first ask sets up the admission and the release."""
+    guards: _Guards | None = view.__dict__.get(_HELD)
+    if guards is None:
+        guards = _Guards()
+        setattr(view, _HELD, guards)
+        _admit_with_the_handler(view, (request.method or "").lower(), guards)
+        _release_with_the_response(view, guards.held)
+    return guards
+
+
+def _admit_with_the_handler(view: APIView, method: str, guards: _Guards) -> None:
+    """Wrap this view instance's handler of ``method`` so that it takes the permits the throttles asked for first.
+
+    The handler is what ``dispatch`` calls once ``initial()`` (authentication,
+    permissions, every throttle) is through. A method the view has no handler
+    for is answered 405 by REST framework, without work and so without a
+    permit. A viewset's action (and Django's ``head``) is already the
+    instance's own attribute; a method of the class is reached through a
+    weak reference, as in ``_release_with_the_response``.
+    """
+    if method not in view.http_method_names or getattr(view, method, None) is None:
+        return
+    own = view.__dict__.get(method)
+    cls = type(view)
+    instance = weakref.ref(view)
+
+    def admitted(request: Request, *args: Any, **kwargs: Any) -> Any:
+        while guards.asked:
+            throttle, guarded = guards.asked.pop(0)
+            throttle.admit(request, guarded, guards.held)
+        if own is not None:
+            return own(request, *args, **kwargs)
+        return getattr(cls, method)(_alive(instance), request, *args, **kwargs)
+
+    setattr(view, method, admitted)
 
 
 def _release_with_the_response(view: APIView, held: list[Admission]) -> None:
@@ -152,10 +224,8 @@ def _release_with_the_response(view: APIView, held: list[Admission]) -> None:
     def finalize_response(request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
         with ReleasedOnError(lambda: release_all(held)):
             response = cls.finalize_response(_alive(instance), request, response, *args, **kwargs)
-            add_ratelimit_headers(response, held)
-            if any(admission.rejected for admission in held):
+            if answered_refusal(request._request, response, held):  # Retry-After, whatever the handler rendered
                 release_all(held)  # a refusal does no work: what this request took goes back now
-                log_answer(request._request, response)  # at SEMAPHORE_503_LOG_LEVEL, not Django's ERROR
             return finish(request._request, response, held)
 
     def handle_exception(error: Exception) -> Any:

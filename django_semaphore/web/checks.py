@@ -367,7 +367,13 @@ class Inside:
 
 
 def _qualified(thing: Any) -> str:
-    return f"{getattr(thing, '__module__', '?')}.{getattr(thing, '__qualname__', thing)}"
+    """Its dotted name; by ``__name__`` when that was renamed (REST framework's ``@api_view`` class bears the
+    function's name, its ``__qualname__`` is still ``WrappedAPIView``)."""
+    name = str(getattr(thing, "__qualname__", thing))
+    renamed = getattr(thing, "__name__", None)
+    if isinstance(renamed, str) and name.rsplit(".", 1)[-1] != renamed:
+        name = renamed
+    return f"{getattr(thing, '__module__', '?')}.{name}"
 
 
 def _not_sessions(classes: Iterable[Any], session_name: str) -> list[str]:
@@ -389,14 +395,15 @@ def _inside(callback: Callable[..., Any]) -> Inside | None:
         if not others:
             return None
         label = _qualified(view_class)
-        names = ("dispatch", *getattr(view_class, "http_method_names", ()))
-        handlers = [(f"{label}.{name}", getattr(view_class, name, None)) for name in names]
+        # Only dispatch (and the view around it) runs before the authenticators: the handlers (get, post, a
+        # viewset's actions) run inside dispatch, after them, with REST framework's request and its user.
+        dispatch = getattr(view_class, "dispatch", None)
         return Inside(
             label,
             f"REST framework's {', '.join(others)}",
             "django_semaphore.rest_framework.SemaphoreThrottle in its throttle_classes",
-            # The handlers first: as_view() copies what decorators marked on dispatch onto the view.
-            (*((where, handler) for where, handler in handlers if handler is not None), (label, callback)),
+            # dispatch first: as_view() copies what decorators marked on dispatch onto the view.
+            (*(((f"{label}.dispatch", dispatch),) if dispatch is not None else ()), (label, callback)),
         )
     for cell in getattr(callback, "__closure__", None) or ():
         operations = getattr(cell.cell_contents, "operations", None)
@@ -410,7 +417,8 @@ def _inside(callback: Callable[..., Any]) -> Inside | None:
                 ", ".join(_qualified(function) for function in functions),
                 f"Django Ninja's {', '.join(sorted(auths))}",
                 "django_semaphore.ninja.semaphore(...) under its @api decorator",
-                tuple((_qualified(function), function) for function in functions),
+                # The function, and the run around it (add_decorator(..., mode="view") wraps that, before the auth).
+                tuple((_qualified(op.view_func), target) for op in authenticated for target in (op.view_func, op.run)),
             )
     return None
 

@@ -150,6 +150,23 @@ def _answered(
     return response
 
 
+def answered_refusal(request: HttpRequest, response: HttpResponseBase, admissions: Sequence[Admission]) -> bool:
+    """Put the rate-limit fields on a response an API stack rendered, and Retry-After when a semaphore refused;
+    True then, and the answer logged (at ``SEMAPHORE_503_LOG_LEVEL``, not Django's ERROR).
+
+    The stack's exception handler rendered the refusal in the API's format
+    (a site's own handler too), which may know nothing of Retry-After.
+    """
+    add_ratelimit_headers(response, admissions)
+    refused = next((admission for admission in admissions if admission.rejected), None)
+    if refused is None:
+        return False
+    if isinstance(response, HttpResponseBase) and not response.has_header("Retry-After"):
+        response["Retry-After"] = str(max(refused.retry_after, 1))
+    log_answer(request, response)
+    return True
+
+
 def add_ratelimit_headers(response: HttpResponseBase, admissions: Sequence[Admission]) -> None:
     """The IETF draft ``RateLimit-Policy`` / ``RateLimit`` fields, when ``SEMAPHORE_RATELIMIT_HEADERS``.
 

@@ -16,12 +16,15 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
 from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import ImproperlyConfigured
 
 from django_semaphore import get_semaphore, outcomes
 from django_semaphore.channels import TRY_AGAIN_LATER, SemaphoreConsumerMixin
 from django_semaphore.core.connection import get_client
 from django_semaphore.core.tally import read_totals, tally
 from django_semaphore.signals import semaphore_acquired, semaphore_request_outcome
+
+from ..support.polling import wait_until
 
 # Channels closes old database connections around each handler (channels.db): allowed here.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,7 +34,19 @@ SOCKETS = {
     "room": {"limit": 2, "lease": 30},
     "strict_sockets": {"limit": 1, "lease": 30, "on_error": "deny"},
     "by_room": {"limit": 1, "lease": 30, "key": "tests.faces.test_channels.room_of"},
+    # A lease of 1.5 s: a socket let through during an outage tries for its permit every half second.
+    "brief_sockets": {"limit": 1, "key": "user", "lease": 1.5},
 }
+
+
+class _AnyReason(str):
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and bool(other)
+
+    __hash__ = str.__hash__
+
+
+ANY_REASON = _AnyReason()
 
 
 class User:
@@ -59,6 +74,10 @@ class SyncEcho(SemaphoreConsumerMixin, WebsocketConsumer):
 
     def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         self.send(text_data=text_data)
+
+
+class Brief(Echo):
+    semaphore = "brief_sockets"
 
 
 class Heavy(Echo):
@@ -158,6 +177,22 @@ def test_anonymous_users_are_not_limited_by_a_user_key() -> None:
     assert outcomes.counts()["sockets"] == {"not_limited": 3}
 
 
+@pytest.mark.parametrize("key", ["user", "user_or_ip"])
+def test_a_user_key_without_a_user_in_the_scope_is_a_configuration_error(settings, key: str) -> None:
+    """No ``AuthMiddlewareStack`` around the route: the scope has no ``"user"`` at all, which is not an anonymous
+    user. Found: every socket connected, not limited (``"user"``) or limited per address (``"user_or_ip"``)."""
+    settings.SEMAPHORES = {**settings.SEMAPHORES, "sockets": {**SOCKETS["sockets"], "key": key}}
+
+    async def scenario() -> None:
+        talk = communicator(Echo)
+        del talk.scope["user"]
+        with pytest.raises(ImproperlyConfigured, match="AuthMiddlewareStack"):
+            await talk.connect()
+
+    run(scenario())
+    assert outcomes.counts() == {}
+
+
 def test_weights_and_waiting() -> None:
     held = get_semaphore("room").acquire(auto_renew=False)
     assert held is not None
@@ -210,6 +245,38 @@ def test_the_failure_policy_applies(own_server) -> None:
 
     run(scenario())
     assert outcomes.counts() == {"sockets": {"error_allowed": 1}, "strict_sockets": {"error_denied": 1}}
+
+
+@pytest.mark.parametrize("first", ["unguarded", "newcomer"])
+def test_a_socket_let_through_during_an_outage_takes_its_permit_once_redis_answers(own_server, first: str) -> None:
+    """``on_error: "allow"`` lets a socket connect unguarded while Redis is down; it may stay open for hours.
+    Found: it stayed unguarded after Redis came back, so its user held one socket more than the limit for as long
+    as it stayed open. It now takes its permit once Redis answers, or is closed with 1013 when the limit is full.
+    """
+    partition = get_semaphore("brief_sockets", "user:7")
+
+    async def scenario() -> None:
+        own_server.stop()
+        unguarded = communicator(Brief)
+        assert (await unguarded.connect(timeout=5))[0]
+        own_server.restart()  # an empty server: nobody holds a permit
+        if first == "unguarded":
+            await asyncio.to_thread(wait_until, lambda: partition.status().used == 1)  # it took its permit
+            assert await refused(communicator(Brief)) == TRY_AGAIN_LATER  # the limit holds again
+            await unguarded.send_to(text_data="still open")
+            assert await unguarded.receive_from() == "still open"
+            await unguarded.disconnect()
+        else:
+            newcomer = communicator(Brief)
+            assert (await newcomer.connect(timeout=5))[0]  # took the one permit first
+            closed = await unguarded.receive_output(timeout=10)
+            assert closed == {"type": "websocket.close", "code": TRY_AGAIN_LATER, "reason": ANY_REASON}
+            await unguarded.send_input({"type": "websocket.disconnect", "code": TRY_AGAIN_LATER})
+            await unguarded.wait(5)
+            await newcomer.disconnect()
+
+    run(scenario())
+    wait_until(lambda: partition.status().used == 0)
 
 
 def test_signals_and_metrics_count_the_connections() -> None:

@@ -192,3 +192,16 @@ def test_the_check_names_the_plain_decorator_on_a_bearer_operation() -> None:
     assert len(plain) == 1, found
     assert "Django Ninja's Bearer" in plain[0]
     assert not [msg for msg in found if "ninja_items" in msg or "routed_items" in msg]
+
+
+def test_the_check_names_the_plain_decorator_around_a_bearer_routers_runs(client: Client) -> None:
+    """``add_decorator(<the view decorator>, mode="view")`` wraps each operation's run, before Ninja's auth, and
+    reads Django's request.user. Found: a silent pass (a bearer user's request served while their permit was
+    taken) that W009 did not name: it looked at the operations' functions only."""
+    held = hold(user="alice")
+    assert client.get("/ninja/plainly-routed/items", headers=as_user("alice")).status_code == 200  # as found
+    held.release()
+    found = [m.msg for m in check_user_keys_before_authentication() if m.id == "django_semaphore.W009"]
+    named = [msg for msg in found if "plain_router_items" in msg]
+    assert len(named) == 1, found
+    assert "Django Ninja's Bearer" in named[0]

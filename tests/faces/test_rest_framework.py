@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.checks import Warning as CheckWarning
+from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from django_semaphore import get_semaphore, outcomes
@@ -81,6 +82,18 @@ def test_the_status_is_configurable_to_429(client: Client) -> None:
     held.release()
 
 
+def test_a_sites_own_exception_handler_renders_the_refusal_with_retry_after(client: Client, settings) -> None:
+    """A site's EXCEPTION_HANDLER that builds its own responses knows nothing of Retry-After (REST framework's
+    default handler sets it from ``wait``). Found: the refusal came in the site's format without it."""
+    settings.REST_FRAMEWORK = {"EXCEPTION_HANDLER": "tests.support.api_urls.plain_errors"}
+    held = hold("api_429")
+    refused = client.get("/drf/items-429/", headers=as_user("alice"))
+    held.release()
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "semaphore_full"  # the site's own format
+    assert 1 <= int(refused["Retry-After"]) <= 30
+
+
 def test_an_anonymous_request_is_refused_by_authentication_before_the_throttle(client: Client) -> None:
     assert client.get("/drf/items/").status_code == 401
     assert outcomes.counts() == {}
@@ -96,11 +109,57 @@ def test_wait_answers_the_same_seconds_as_retry_after(rf) -> None:
     force_authenticate(request, user=get_user_model().objects.get(username="alice"))
     drf_request = view.initialize_request(request)
     throttle = SemaphoreThrottle()
+    assert throttle.allow_request(drf_request, view)  # the permit is asked for when the handler starts
+    assert throttle.wait() is None
     with pytest.raises(Throttled) as refused:
-        throttle.allow_request(drf_request, view)
+        view.get(drf_request)
     assert refused.value.wait == throttle.wait() >= 1
     assert refused.value.status_code == 503
     held.release()
+
+
+@pytest.mark.parametrize("path", ["/drf/rated-first/", "/drf/rated-last/"])
+@pytest.mark.parametrize("full", [False, True])
+def test_a_request_another_throttle_refused_takes_no_permit_and_waits_for_none(
+    client: Client, path: str, full: bool
+) -> None:
+    """REST framework asks every throttle, even after one said no: the permit is asked for only once all let it in.
+
+    Found: a request a rate throttle had refused waited in line (``wait`` 5 s)
+    for a permit, got 503 for concurrency instead of its 429, or took a
+    permit for the time its 429 took to send, whichever side of the rate
+    throttle ``SemaphoreThrottle`` stood.
+    """
+    held = hold() if full else None
+    refused = client.get(path, headers=as_user("alice"))
+    assert refused.status_code == 429  # the rate throttle's refusal, not ours
+    assert refused["Retry-After"] == "7"
+    assert outcomes.counts() == {}  # never asked for a permit, so never waited for one
+    assert used() == (1 if full else 0)
+    if held is not None:
+        held.release()
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("get", "/drf/orders/"), ("get", "/drf/orders/7/"), ("head", "/drf/items/")]
+)
+def test_viewset_actions_and_head_take_the_permit_as_their_handler_starts(
+    client: Client, method: str, path: str
+) -> None:
+    held = hold()
+    assert getattr(client, method)(path, headers=as_user("alice")).status_code == 503
+    held.release()
+    served = getattr(client, method)(path, headers=as_user("alice"))
+    assert served.status_code == 200
+    if method == "get":
+        assert served.json()["outcome"] == "acquired"
+    assert outcomes.counts()["api"] == {"full": 1, "acquired": 1}
+    assert used() == 0
+
+
+def test_a_method_the_view_does_not_serve_takes_no_permit(client: Client) -> None:
+    assert client.delete("/drf/items/", headers=as_user("alice")).status_code == 405
+    assert outcomes.counts() == {}
 
 
 def test_a_view_maps_to_its_semaphore_by_throttle_scope(client: Client) -> None:
@@ -134,6 +193,15 @@ def test_a_waiting_request_is_served_when_the_permit_comes_back(client: Client) 
         released.join()
     assert response.status_code == 200
     assert waited and waited[0] > 0
+
+
+def test_credentials_that_name_no_user_are_not_counted_as_anonymous(client: Client) -> None:
+    """An authenticator that returned ``(None, key)``: "user" would count the request as anonymous, which it never
+    limits. Found: served, not limited, as under Ninja's guard it is refused with ImproperlyConfigured."""
+    with pytest.raises(ImproperlyConfigured, match="cannot tell whose request this is"):
+        client.get("/drf/key-only/", headers={"X-Api-Key": "k" * 20})
+    anonymous = client.get("/drf/key-only/")  # no credentials at all: anonymous, not limited, as everywhere
+    assert anonymous.status_code == 200 and anonymous.json() == {"outcome": "not_limited"}
 
 
 def test_a_key_function_receives_rest_frameworks_request(client: Client) -> None:
@@ -218,6 +286,27 @@ def test_the_check_names_a_decorated_view_whose_user_key_runs_before_its_token(c
     assert "django_semaphore.rest_framework.SemaphoreThrottle" in (message.hint or "")
     # The throttled views are not named.
     assert not [m for m in found if "api_urls.Items" in m.msg]
+
+
+def test_the_check_names_a_function_view_by_its_own_name() -> None:
+    """``@api_view`` makes a class named ``WrappedAPIView`` in REST framework's code: the check names the function."""
+    found = [m.msg for m in check_user_keys_before_authentication() if m.id == "django_semaphore.W009"]
+    named = [msg for msg in found if "tests.support.api_urls.decorated_function " in msg]
+    assert len(named) == 1, found
+    assert not [msg for msg in found if "WrappedAPIView" in msg]
+
+
+def test_the_check_does_not_name_a_handler_decorated_after_the_views_authentication(client: Client) -> None:
+    """``method_decorator(semaphore(...), name="get")`` runs inside ``dispatch``, after the authenticators: it sees
+    REST framework's request, whose user is the token's, and limits per user. Found: W009 named it all the same."""
+    held = hold(user="alice")
+    assert client.get("/drf/handler-decorated/", headers=as_user("alice")).status_code == 503
+    served = client.get("/drf/handler-decorated/", headers=as_user("bob"))
+    assert served.status_code == 200 and served.json() == {"user": "bob", "outcome": "acquired"}
+    held.release()
+    assert used(user="alice") == 0 and used(user="bob") == 0
+    found = [m.msg for m in check_user_keys_before_authentication() if m.id == "django_semaphore.W009"]
+    assert not [msg for msg in found if "HandlerDecorated" in msg], found
 
 
 def test_the_check_names_middleware_rules_keyed_by_user_ahead_of_token_views(settings) -> None:

@@ -16,6 +16,8 @@ SEMAPHORES: dict[str, dict[str, Any]] = {
     "heavy": {"limit": 2, "lease": 30},
     "tenants": {"limit": 1, "lease": 30, "key": "tests.support.api_urls.tenant_key"},
     "strict": {"limit": 1, "key": "user", "lease": 30, "on_error": "deny"},
+    # The contention test's (tests/system/test_api_stacks.py): two permits per user, a short wait in line.
+    "counted": {"limit": 2, "key": "user", "wait": 0.2, "lease": 30, "status": 429},
     "sockets": {"limit": 2, "key": "user", "lease": 2},
     "capped_sockets": {"limit": 2, "key": "user", "lease": 2, "max_hold": 3},
 }

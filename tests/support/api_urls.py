@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 import redis
@@ -21,12 +22,15 @@ from django.urls import path
 from django.utils.decorators import method_decorator
 from ninja import NinjaAPI, Router
 from ninja.security import HttpBearer
-from rest_framework.authentication import TokenAuthentication
+from rest_framework import routers, viewsets
+from rest_framework.authentication import BaseAuthentication, TokenAuthentication
 from rest_framework.authtoken.models import Token
-from rest_framework.exceptions import NotFound
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.exceptions import APIException, NotFound
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from django_semaphore.decorators import semaphore
@@ -34,6 +38,7 @@ from django_semaphore.ninja import semaphore as ninja_semaphore
 from django_semaphore.rest_framework import SemaphoreThrottle
 
 from .api_declared import SCOPES, SEMAPHORES, TOKENS  # noqa: F401 - the tests import them from here too
+from .workers import Referee
 
 # The key functions saw these request types (a test reads it).
 KEYED: list[type] = []
@@ -56,6 +61,25 @@ def hold(request: HttpRequest) -> None:
             client.blpop([listed], timeout=30)
         finally:
             client.close()
+
+
+def counted(request: HttpRequest, user: Any, weight: int) -> None:
+    """Count this request inside (by its weight) in the contention test's referee, for a moment."""
+    limit = SEMAPHORES["counted"]["limit"]
+    client = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    base = f"{os.environ.get('SEMAPHORE_KEY_PREFIX', '')}referee:{user.pk}:"
+    try:
+        with Referee(client, base, limit).entered(weight):
+            time.sleep(0.01)
+    finally:
+        client.close()
+
+
+def plain_errors(error: Exception, context: dict[str, Any]) -> Response | None:
+    """A site's own EXCEPTION_HANDLER: its error format, built without REST framework's default handler."""
+    if isinstance(error, APIException):
+        return Response({"error": {"code": error.get_codes(), "message": str(error.detail)}}, status=error.status_code)
+    return None
 
 
 def tenant_key(request: Any) -> str:
@@ -127,6 +151,71 @@ class Missing(TokenView):
         raise NotFound("no such item")
 
 
+class Orders(viewsets.ViewSet):
+    """A viewset through a router: its actions are the handlers that take the permit."""
+
+    authentication_classes = (TokenAuthentication,)
+    permission_classes = (IsAuthenticated,)
+    throttle_classes = (SemaphoreThrottle,)
+    semaphore = "api"
+
+    def list(self, request: Request) -> Response:
+        return Response({"user": request.user.username, "outcome": request.semaphore.outcome})
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response({"pk": pk, "outcome": request.semaphore.outcome})
+
+
+drf_router = routers.SimpleRouter()
+drf_router.register("drf/orders", Orders, basename="drf-orders")
+
+
+class Counted(TokenView):
+    semaphore = "counted"
+
+    def get(self, request: Request) -> Response:
+        counted(request, request.user, getattr(self, "semaphore_weight", None) or 1)
+        return Response({"user": request.user.username})
+
+
+class CountedHeavy(Counted):
+    semaphore_weight = 2
+
+
+class KeyOnly(BaseAuthentication):
+    """An API key that names no user: REST framework's request.user is then anonymous, request.auth the key."""
+
+    def authenticate(self, request: Request) -> tuple[None, str] | None:
+        key = request.headers.get("X-Api-Key")
+        return None if not key else (None, key)
+
+
+class KeyOnlyItems(Items):
+    authentication_classes = (KeyOnly,)
+    permission_classes = (AllowAny,)
+
+    def get(self, request: Request) -> Response:
+        return Response({"outcome": request.semaphore.outcome})
+
+
+class RateRefused(BaseThrottle):
+    """A rate throttle that refuses every request, asking for 7 s."""
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        return False
+
+    def wait(self) -> float:
+        return 7
+
+
+class RatedFirst(Waiting):
+    throttle_classes = (RateRefused, SemaphoreThrottle)
+
+
+class RatedLast(Waiting):
+    throttle_classes = (SemaphoreThrottle, RateRefused)
+
+
 @method_decorator(semaphore("api"), name="dispatch")
 class Decorated(APIView):
     """The route issue 32 found passing in silence: the decorator runs before the token is read (W009)."""
@@ -137,6 +226,26 @@ class Decorated(APIView):
     def get(self, request: Request) -> Response:
         hold(request)
         return Response({"user": request.user.username})
+
+
+@method_decorator(semaphore("api"), name="get")
+class HandlerDecorated(APIView):
+    """The decorator on a handler: it runs after the view's authentication, with REST framework's request."""
+
+    authentication_classes = (TokenAuthentication,)
+    permission_classes = (IsAuthenticated,)
+
+    def get(self, request: Request) -> Response:
+        return Response({"user": request.user.username, "outcome": request.semaphore.outcome})
+
+
+@semaphore("api")
+@api_view(["GET"])
+@authentication_classes([TokenAuthentication])
+@permission_classes([IsAuthenticated])
+def decorated_function(request: Request) -> Response:
+    """A function view whose decorator runs before its authentication (W009 names it)."""
+    return Response({"user": request.user.username})
 
 
 # -- Django Ninja ------------------------------------------------------------------------------------
@@ -221,6 +330,20 @@ def ninja_plain_decorator(request: HttpRequest) -> dict[str, Any]:
     return {"user": request.auth.username}  # type: ignore[attr-defined]
 
 
+@api.get("/counted")
+@ninja_semaphore("counted")
+def ninja_counted(request: HttpRequest) -> dict[str, Any]:
+    counted(request, request.auth, 1)  # type: ignore[attr-defined]
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
+@api.get("/async-counted")
+@ninja_semaphore("counted", weight=2)
+async def ninja_async_counted(request: HttpRequest) -> dict[str, Any]:
+    await sync_to_async(counted)(request, request.auth, 2)  # type: ignore[attr-defined]
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
 router = Router()
 router.add_decorator(ninja_semaphore("api"), mode="view")
 
@@ -238,6 +361,17 @@ async def routed_async_items(request: HttpRequest) -> dict[str, Any]:
 
 
 api.add_router("/routed", router)
+
+plainly_routed = Router()
+plainly_routed.add_decorator(semaphore("api"), mode="view")  # the plain view decorator, around each run: W009
+
+
+@plainly_routed.get("/items")
+def plain_router_items(request: HttpRequest) -> dict[str, Any]:
+    return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
+api.add_router("/plainly-routed", plainly_routed)
 
 
 def log_in(request: HttpRequest, username: str) -> HttpResponse:
@@ -257,7 +391,15 @@ urlpatterns = [
     path("drf/stream/", Stream.as_view()),
     path("drf/broken/", Broken.as_view()),
     path("drf/missing/", Missing.as_view()),
+    path("drf/key-only/", KeyOnlyItems.as_view()),
+    path("drf/counted/", Counted.as_view()),
+    path("drf/counted-heavy/", CountedHeavy.as_view()),
+    path("drf/rated-first/", RatedFirst.as_view()),
+    path("drf/rated-last/", RatedLast.as_view()),
     path("drf/decorated/", Decorated.as_view(), name="drf-decorated"),
+    path("drf/handler-decorated/", HandlerDecorated.as_view()),
+    path("drf/decorated-function/", decorated_function),
     path("ninja/", api.urls),
     path("login/<str:username>/", log_in),
+    *drf_router.urls,
 ]

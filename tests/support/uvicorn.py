@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Uvicorn(_Group):
-    """``uvicorn app`` in one process (no worker processes: its pid is the server's), WebSockets by ``websockets``
-    (``--ws auto`` picks it when it is installed)."""
+    """``uvicorn app`` in one process (its pid is the server's; ``workers`` > 1: the supervisor's), WebSockets by
+    ``websockets`` (``--ws auto`` picks it when it is installed)."""
 
-    def __init__(self, app: str, *, env: dict[str, str]) -> None:
+    def __init__(self, app: str, *, env: dict[str, str], workers: int = 1) -> None:
         self.port = free_port()
         # The parent-death signal: a test run killed outright still stops its server.
         self.command = [
@@ -44,6 +44,8 @@ class Uvicorn(_Group):
             "off",
             "--log-level",
             "warning",
+            # Several: worker processes under a supervisor (this pid), which stops them as it stops.
+            *(["--workers", str(workers)] if workers > 1 else []),
         ]
         self.env = {**os.environ, **env}
         self.process: subprocess.Popen[bytes] | None = None

@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -29,23 +32,31 @@ from websockets.exceptions import ConnectionClosed
 from django_semaphore import get_semaphore
 from django_semaphore.core.semaphore import Semaphore
 
+from ..support import api_load
 from ..support.api_urls import SEMAPHORES, TOKENS
 from ..support.polling import wait_until
-from ..support.uvicorn import Uvicorn
+from ..support.processes import run_to_the_end
+from ..support.uvicorn import ROOT, Uvicorn
 
 pytestmark = pytest.mark.processes
 
+spawn = multiprocessing.get_context("spawn")
+
 
 @pytest.fixture
-def site(redis_server, settings, key_prefix: str, tmp_path: Path) -> Iterator[Uvicorn]:
+def site_env(redis_server, settings, key_prefix: str, tmp_path: Path) -> dict[str, str]:
     settings.SEMAPHORES = {**settings.SEMAPHORES, **SEMAPHORES}
-    env = {
+    return {
         "DJANGO_SETTINGS_MODULE": "tests.support.api_settings",
         "SEMAPHORE_KEY_PREFIX": key_prefix,
         "REDIS_URL": redis_server.url,
         "API_SITE_DB": str(tmp_path / "api.sqlite3"),
     }
-    with Uvicorn("tests.support.api_asgi:application", env=env) as server:  # started, and stopped by its pid
+
+
+@pytest.fixture
+def site(site_env: dict[str, str]) -> Iterator[Uvicorn]:
+    with Uvicorn("tests.support.api_asgi:application", env=site_env) as server:  # started, and stopped by its pid
         yield server
 
 
@@ -121,6 +132,36 @@ def test_two_overlapping_requests_of_one_user_the_second_refused_another_users_s
     wait_until(lambda: user_partition(site, "alice").status().used == 0)
 
 
+def test_never_over_a_users_limit_under_contention_from_several_processes(
+    site_env: dict[str, str], redis_server, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    """Two server processes, three client processes of four threads: one token user's overlapping requests of
+    REST framework and Ninja (sync and async) views, weights 1 and 2, a wait in line of 0.2 s, under one per-user
+    limit of 2. Each view counts itself inside (by its weight) in a referee of its own: never above the limit."""
+    # The database and the users first: two workers starting together would both make them.
+    environment = {**os.environ, **site_env}
+    subprocess.run([sys.executable, "-c", "import tests.support.api_asgi"], cwd=ROOT, env=environment, check=True)
+    with Uvicorn("tests.support.api_asgi:application", env={**site_env, "API_SITE_READY": "1"}, workers=2) as server:
+        clients = [
+            spawn.Process(target=api_load.overlap, args=(server.port, redis_server.url, key_prefix, 4.0, seed))
+            for seed in range(3)
+        ]
+        run_to_the_end(clients)
+        assert all(client.exitcode == 0 for client in clients)
+        for name in ("alice", "bob"):
+            wait_until(lambda name=name: user_partition(server, name, "counted").status().used == 0)
+    answers = {key.decode(): int(count) for key, count in redis_client.hgetall(key_prefix + "answers").items()}
+    counts = {
+        name: [int(redis_client.get(f"{key_prefix}referee:{pk}:{what}") or 0) for what in ("entries", "over")]
+        for name, pk in (("alice", 1), ("bob", 2))
+    }
+    print(f"answers {answers}; entries and over per user {counts}")
+    assert set(answers) <= {"200:none", "429:retry-after"}, answers  # no 500, no refusal without Retry-After
+    assert answers.get("429:retry-after", 0) > 0, "the clients never overlapped"
+    assert counts["alice"][0] > 20 and counts["bob"][0] > 0, "the clients barely ran"
+    assert counts["alice"][1] == 0 and counts["bob"][1] == 0
+
+
 def test_the_decorator_route_passes_in_silence_which_the_check_names(site: Uvicorn, redis_server) -> None:
     """As issue 32 found it: the decorator on dispatch sees no token user; W009 names it (tests/faces)."""
     first = Held(site, "/drf/decorated/", DRF["alice"], redis_server.url)
@@ -186,6 +227,35 @@ def test_a_users_sockets_beyond_the_limit_are_closed_with_1013(site: Uvicorn, ki
 
     asyncio.run(scenario())
     wait_until(lambda: user_partition(site, "alice", "sockets").status().used == 0)
+
+
+def test_a_socket_that_never_opens_gives_its_permit_back(site: Uvicorn) -> None:
+    """Its connect() raises (the handshake is refused, HTTP 500); its client gives up before the accept; its
+    client leaves while it waits in line, and a permit comes to it afterwards: each permit comes back."""
+    alice = session_cookie(site, "alice")
+    partition = user_partition(site, "alice", "sockets")
+
+    async def given_up(path: str) -> None:
+        with pytest.raises((TimeoutError, websockets.exceptions.InvalidStatus)):
+            await websockets.connect(site.ws_url + path, additional_headers={"Cookie": alice}, open_timeout=0.3)
+
+    async def scenario() -> None:
+        await given_up("/ws/failing/")
+        await given_up("/ws/slow/")  # its permit taken, its accept a second later, to a client gone
+        await asyncio.to_thread(wait_until, lambda: partition.status().used == 0)
+        held = [await connect(site, "/ws/async/", alice) for _ in range(2)]
+        for socket in held:
+            await socket.recv()
+        await given_up("/ws/waiting/")  # in line behind the two
+        await asyncio.to_thread(wait_until, lambda: partition.status().waiting == 1)
+        await held[0].close()  # the permit goes to the one in line, whose client is gone: back at once
+        await asyncio.to_thread(wait_until, lambda: partition.status().waiting == 0)
+        await asyncio.to_thread(wait_until, lambda: partition.status().used == 1)
+        assert [holder.metadata["path"] for holder in partition.status().holders] == ["/ws/async/"]
+        await held[1].close()
+
+    asyncio.run(scenario())
+    wait_until(lambda: partition.status().used == 0)
 
 
 def test_an_open_socket_keeps_its_permit_for_many_leases(site: Uvicorn) -> None:
