@@ -191,6 +191,39 @@ def test_a_misconfiguration_is_logged_once_at_error_naming_the_setting_and_what_
     assert "private-ca" not in message or broken != "url"  # a URL's query is not echoed
 
 
+class Switching:
+    """A factory whose clients come from a sound pool, or (``unusable``) from one of ``broken``'s kinds."""
+
+    def __init__(self, location: str, broken: str) -> None:
+        self.unusable = False
+        self.broken = broken
+        self.sound = redis.Redis.from_url(location, socket_timeout=1, socket_connect_timeout=0.5)
+        self.other = redis.Redis.from_url(location, socket_timeout=1, socket_connect_timeout=0.5, **TLS_OPTIONS)
+
+    def __call__(self) -> redis.Redis:
+        if not self.unusable:
+            return self.sound
+        if self.broken == "raises":
+            raise RuntimeError("the secret store did not answer")  # a factory that fails now and then
+        return self.other
+
+
+@pytest.mark.parametrize("broken", ["raises", "another pool"])
+def test_a_factory_unusable_now_and_then_is_the_policy_each_time_never_a_500(
+    settings: Any, redis_server: RedisServer, broken: str
+) -> None:
+    """Each new pool is looked at, whichever pool was sound last (the per-call fast path is by pool)."""
+    factory = Switching(_location(redis_server), broken)
+    settings.SEMAPHORE_CONNECTION = factory
+    declare(settings, guarded={"on_error": "deny"})
+    statuses = []
+    for unusable in (False, True, False, True, False):
+        factory.unusable = unusable
+        statuses.append(Client().get("/surface/reported/").status_code)
+    assert statuses == [200, 503, 200, 503, 200]
+    assert get_semaphore("guarded").status().used == 0
+
+
 def working_async_client() -> redis.asyncio.Redis:
     """SEMAPHORE_ASYNC_CONNECTION's factory: the session's server, which the sync setting cannot reach."""
     return redis.asyncio.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=1, socket_connect_timeout=0.5)
