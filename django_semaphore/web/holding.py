@@ -6,7 +6,8 @@ for its answer (``Permit.post_release``), after the client has its response,
 and the worker goes on to its next request at once. A streaming response is sent while
 its content runs, so it holds its permits until then too. On the asyncio path
 a plain response is complete when the view returns (its release is awaited on
-the loop, with no thread hop; a stream keeps them until closed). Whatever
+the loop, with no thread hop; a stream, or a template response Django's
+handler renders after the view, keeps them until closed). Whatever
 raises on the way (a view, a key function, a signal receiver, a cancellation)
 gives back what was taken (``ReleasedOnError``).
 
@@ -109,11 +110,17 @@ def finish(request: HttpRequest, response: HttpResponseBase, admissions: Sequenc
 async def afinish(
     request: HttpRequest, response: HttpResponseBase, admissions: Sequence[Admission]
 ) -> HttpResponseBase:
+    """Release now, on the loop; a stream, or a template response Django's handler has still to render
+    (its lazy queries are the view's work), is held until closed as on the sync path."""
     _dressed(response, admissions)
-    if getattr(response, "streaming", False):
+    if getattr(response, "streaming", False) or _unrendered(response):
         return hold_until_closed(request, response, admissions)
     await arelease_all(admissions)
     return response
+
+
+def _unrendered(response: HttpResponseBase) -> bool:
+    return not getattr(response, "is_rendered", True) and callable(getattr(response, "render", None))
 
 
 def _dressed(response: HttpResponseBase, admissions: Sequence[Admission]) -> None:

@@ -72,6 +72,22 @@ def template(request: HttpRequest) -> SimpleTemplateResponse:
     return SimpleTemplateResponse(page, {"path": request.get_full_path()})
 
 
+def _counted_while_rendered() -> SimpleTemplateResponse:
+    """Rendered by Django's handler after the view returned; it says how many permits are held then."""
+    used = get_semaphore("guarded").status
+    return SimpleTemplateResponse(engines["django"].from_string("{{ used }}"), {"used": lambda: used().used})
+
+
+@semaphore("guarded")
+def counted_template(request: HttpRequest) -> SimpleTemplateResponse:
+    return _counted_while_rendered()
+
+
+@semaphore("guarded")
+async def counted_template_async(request: HttpRequest) -> SimpleTemplateResponse:
+    return _counted_while_rendered()
+
+
 @semaphore("guarded")
 def broken_template(request: HttpRequest) -> SimpleTemplateResponse:
     """Its rendering, by Django's handler after the view, raises (a URL that does not resolve)."""

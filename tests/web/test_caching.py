@@ -240,6 +240,25 @@ def test_the_per_site_cache_stores_a_template_response_rendered_inside_the_permi
     other.release()
 
 
+@pytest.mark.parametrize("path", ["/surface/counted-template/", "/surface/counted-template-async/"])
+def test_a_template_response_is_rendered_inside_its_permit_and_stored_so(pages: str, settings, path: str) -> None:
+    """Django's handler renders it after the view returned: the template's work (its lazy queries) is the
+    view's, under the limit, sync views and async ones alike; the copy stored is the one rendered then."""
+    declare(settings)
+    per_site_cache(settings)
+
+    async def get() -> Any:
+        return await AsyncClient().get(path)
+
+    first = asyncio.run(get()) if path.endswith("-async/") else Client().get(path)
+    assert first.status_code == 200 and first.content == b"1"  # the permit was held while it rendered
+    assert used() == 0
+    other = hold()
+    hit = Client().get(path)
+    assert hit.status_code == 200 and hit.content == b"1" and holders() == [other.token]
+    other.release()
+
+
 # -- a copy from the cache is not the request that held the permit -------------------------------------
 
 
