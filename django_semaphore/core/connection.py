@@ -113,6 +113,9 @@ _ready_clusters: weakref.WeakSet[redis.asyncio.cluster.RedisCluster] = weakref.W
 # Sync pools that made a connection object: their options are sound. By pool, not by setting: a cache
 # alias hands out one pool per cache object (Django makes one per thread).
 _sound_pools: weakref.WeakSet[Any] = weakref.WeakSet()
+# The pool last found sound: a process with one pool (a URL, django-redis, a factory sharing one) pays an
+# identity test per call, not a look-up in the weak set (which makes a weak reference each time).
+_last_sound_pool: Any = None
 # Settings (as ``per_loop`` keys them) whose asyncio clients made one: once per setting, not per event loop
 # (under WSGI each async view runs in a loop of its own, and a connection object costs about 0.5 ms).
 _sound_async: set[str | int] = set()
@@ -157,12 +160,19 @@ def get_client() -> Any:
     try:
         client = _sync_client(setting)
         pool = getattr(client, "connection_pool", None)
-        if pool is not None and pool not in _sound_pools:
-            _can_connect(pool)
-            _sound_pools.add(pool)
+        if pool is not _last_sound_pool and pool is not None:
+            _sound(pool)
     except Exception as exc:
         _unusable("SEMAPHORE_CONNECTION", setting, exc)
     return client
+
+
+def _sound(pool: Any) -> None:
+    global _last_sound_pool
+    if pool not in _sound_pools:
+        _can_connect(pool)
+        _sound_pools.add(pool)
+    _last_sound_pool = pool
 
 
 def _sync_client(setting: object) -> Any:
@@ -173,6 +183,9 @@ def _sync_client(setting: object) -> Any:
     if not isinstance(setting, str):
         raise ImproperlyConfigured("SEMAPHORE_CONNECTION must be a cache alias, a redis URL or a client factory.")
     if "://" in setting:
+        made = _url_clients.get(setting)
+        if made is not None:
+            return made
         with _url_lock:
             if setting not in _url_clients:
                 _url_clients[setting] = redis.Redis.from_url(setting)

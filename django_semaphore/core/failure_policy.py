@@ -24,10 +24,17 @@ counted in the same log and retried in the background (``give_back``).
 
 from __future__ import annotations
 
+import logging
+import threading
+
+from django.core.signals import setting_changed
+
 from .conf import SemaphoreConfig
-from .errors import BackendUnavailable
+from .errors import BackendUnavailable, ConnectionMisconfigured, misconfigured
 from .outages import LET_THROUGH, REFUSED, RELEASE, outage_log
 from .permit import Permit
+
+settings_logger = logging.getLogger("django_semaphore.settings")
 
 ALLOW, DENY = "allow", "deny"
 # Seconds a client is asked to wait when a fail-closed semaphore cannot
@@ -42,8 +49,47 @@ def let_through(config: SemaphoreConfig, error: BackendUnavailable, *, where: st
     function's label).
     """
     allowed = dry_run or config.on_error == ALLOW
+    unusable = misconfigured(error)
+    if unusable is not None:
+        _say_once(unusable)
     outage_log.unavailable(config.name, error, LET_THROUGH if allowed else REFUSED, where=where)
     return allowed
+
+
+# The misconfigurations said at ERROR (by their text): once each, until a connection setting changes.
+_said: set[str] = set()
+_said_lock = threading.Lock()
+_CONNECTION_SETTINGS = frozenset({"SEMAPHORE_CONNECTION", "SEMAPHORE_ASYNC_CONNECTION", "CACHES"})
+
+
+def _say_once(unusable: ConnectionMisconfigured) -> None:
+    """Log a connection setting no client can be made from at ERROR, once per process.
+
+    The outage log records it as it records any outage (WARNING), but this
+    one never ends by itself: until someone fixes the setting, every piece
+    of guarded work follows its policy, so under "allow" nothing is limited.
+    This is the line an operator's alerting sees.
+    """
+    text = str(unusable)
+    with _said_lock:
+        if text in _said:
+            return
+        _said.add(text)
+    settings_logger.error(
+        "%s Until it is fixed no guarded work reaches Redis: each semaphore follows its on_error policy, so "
+        'under "allow" (the default) guarded work runs unguarded, and under "deny" it is refused. '
+        "`manage.py check --deploy` reports it (E015).",
+        text,
+    )
+
+
+def _forget_what_was_said(*, setting: str, **kwargs: object) -> None:
+    if setting in _CONNECTION_SETTINGS:
+        with _said_lock:
+            _said.clear()
+
+
+setting_changed.connect(_forget_what_was_said, dispatch_uid="django_semaphore.failure_policy")
 
 
 def give_back(permit: Permit | None, *, posted: bool = False) -> BackendUnavailable | None:

@@ -6,7 +6,8 @@ for its answer (``Permit.post_release``), after the client has its response,
 and the worker goes on to its next request at once. A streaming response is sent while
 its content runs, so it holds its permits until then too. On the asyncio path
 a plain response is complete when the view returns (its release is awaited on
-the loop, with no thread hop; a stream keeps them until closed). Whatever
+the loop, with no thread hop; a stream, or a template response Django's
+handler renders after the view, keeps them until closed). Whatever
 raises on the way (a view, a key function, a signal receiver, a cancellation)
 gives back what was taken (``ReleasedOnError``).
 
@@ -22,6 +23,7 @@ stores the response keeps a copy that holds nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
@@ -108,11 +110,17 @@ def finish(request: HttpRequest, response: HttpResponseBase, admissions: Sequenc
 async def afinish(
     request: HttpRequest, response: HttpResponseBase, admissions: Sequence[Admission]
 ) -> HttpResponseBase:
+    """Release now, on the loop; a stream, or a template response Django's handler has still to render
+    (its lazy queries are the view's work), is held until closed as on the sync path."""
     _dressed(response, admissions)
-    if getattr(response, "streaming", False):
+    if getattr(response, "streaming", False) or _unrendered(response):
         return hold_until_closed(request, response, admissions)
     await arelease_all(admissions)
     return response
+
+
+def _unrendered(response: HttpResponseBase) -> bool:
+    return not getattr(response, "is_rendered", True) and callable(getattr(response, "render", None))
 
 
 def _dressed(response: HttpResponseBase, admissions: Sequence[Admission]) -> None:
@@ -186,6 +194,16 @@ class Hold:
             else:
                 admission.release_in_background()
 
+    def cut_short(self) -> None:
+        """The stream's body ended before its end: its content raised, or it was closed half-way.
+
+        Nothing more of it will be sent, and the response may never be
+        closed: Django's ASGI handler lets the error out to the server
+        without closing it, in a reference cycle of the error's traceback.
+        """
+        self.ended = True
+        self.lost(request_over=True)
+
     def __reduce__(self) -> tuple[type[Hold], tuple[tuple[()], bool]]:
         return (Hold, ((), self.streaming))
 
@@ -214,6 +232,9 @@ def _sent(response: StreamingHttpResponse, hold: Hold) -> Iterable[bytes] | Asyn
                         cut(lost)
                         return
                     yield chunk
+            except BaseException:
+                hold.cut_short()
+                raise
             finally:
                 hold.ended = True
 
@@ -228,6 +249,9 @@ def _sent(response: StreamingHttpResponse, hold: Hold) -> Iterable[bytes] | Asyn
                     cut(lost)
                     return
                 yield chunk
+        except BaseException:
+            hold.cut_short()
+            raise
         finally:
             hold.ended = True
 
@@ -252,10 +276,46 @@ def hold_until_closed(
     hold = Hold(held, streaming=getattr(response, "streaming", False))
     if isinstance(response, StreamingHttpResponse):
         response.streaming_content = _sent(response, hold)
-    response._resource_closers.append(hold)  # type: ignore[attr-defined]
+    closers = response._resource_closers  # type: ignore[attr-defined]
+    if not isinstance(closers, _Closers):
+        closers = response._resource_closers = _Closers(closers)  # type: ignore[attr-defined]
+    closers.append(hold)
     _RequestHolds.of(request).holds.append(hold)
     weakref.finalize(response, hold.lost)
     return response
+
+
+class _Closers(list[Callable[[], object]]):
+    """A guarded response's closers, which see Django's handler hand the response to the server.
+
+    Django's handler adds the request's ``close()`` (``_RequestHolds``) to the
+    closers of the response it is about to send. Under ASGI it does so on the
+    event loop, in the task that then sends the response; if that sending
+    raises (a cookie it cannot encode, the server's ``send`` refusing a
+    header), the error goes out to the server and the response is never
+    closed, kept in a reference cycle of the error's traceback and the
+    handler's tasks. So the task is watched from then (``_RequestHolds.sent_by``).
+
+    A cache stores a plain list (of empty holds).
+    """
+
+    __slots__ = ()
+
+    def append(self, closer: Callable[[], object]) -> None:
+        super().append(closer)
+        if isinstance(closer, _RequestHolds):
+            closer.sent_by(_current_task())
+
+    def __reduce__(self) -> tuple[type[list[object]], tuple[list[object]]]:
+        return (list, (list(self),))
+
+
+def _current_task() -> asyncio.Task[object] | None:
+    """The task running on this thread's event loop; None on a thread without one (WSGI)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
 
 
 class _RequestHolds:
@@ -308,6 +368,17 @@ class _RequestHolds:
         """Lost: a guard whose response is still to come (the error page) has not handed its hold in yet."""
         for hold in self.holds:
             hold.lost()
+
+    def sent_by(self, task: asyncio.Task[object] | None) -> None:
+        """Under ASGI: ``task`` sends the response; ended by an error or a cancellation, it sends nothing more."""
+        if task is not None:
+            task.add_done_callback(self._sending_ended)
+
+    def _sending_ended(self, task: asyncio.Task[object]) -> None:
+        # Ended well: the handler closes the response next, and the holds give the permits back then.
+        if task.cancelled() or task.exception() is not None:
+            for hold in self.holds:
+                hold.lost(request_over=True)
 
 
 def _request_failed(sender: object, request: HttpRequest | None = None, **kwargs: object) -> None:

@@ -7,6 +7,7 @@ a permit the test holds on that user's partition.
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
@@ -25,6 +26,7 @@ from django_semaphore.signals import semaphore_acquired, semaphore_released, sem
 
 from ..support import api_urls
 from ..support.api_urls import SCOPES, SEMAPHORES, TOKENS
+from ..support.polling import wait_until
 
 pytestmark = [pytest.mark.urls("tests.support.api_urls"), pytest.mark.django_db]
 
@@ -332,3 +334,22 @@ def test_the_settings_are_checked(settings) -> None:
     settings.SEMAPHORES = {"api": {"limit": 1, "status": 418}}
     assert [m.id for m in check_semaphores()] == ["django_semaphore.E005"]
     assert "must be 503 or 429" in check_semaphores()[0].msg
+
+
+@pytest.mark.parametrize("how", ["error", "denied", "replaced"])
+@pytest.mark.parametrize("path", ["/drf/items/", "/drf/stream/"])
+def test_a_response_lost_after_the_view_gives_its_permit_back_at_once_with_no_cyclic_gc(
+    settings, path: str, how: str
+) -> None:
+    """REST framework's response and its view refer to each other (``renderer_context``, ``view.response``):
+    only the request's failure or its end can free a permit that a later middleware's error, 403 or
+    replacement leaves on it, never the response's drop. finish() is handed the Django request for that."""
+    settings.MIDDLEWARE = ["tests.support.cache_views.BreaksAfterTheView", *settings.MIDDLEWARE]
+    gc.collect()
+    gc.disable()
+    try:
+        answer = Client(raise_request_exception=False).get(path, headers={**as_user("alice"), "X-Break": how})
+        assert answer.status_code == {"error": 500, "denied": 403, "replaced": 200}[how]
+        wait_until(lambda: used(user="alice") == 0, timeout=5.0)
+    finally:
+        gc.enable()

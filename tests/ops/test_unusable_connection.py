@@ -171,6 +171,59 @@ def test_guarded_requests_follow_the_policy_never_a_500(
     assert "cannot make a Redis connection" in caplog.text  # the outage log says why
 
 
+def test_a_misconfiguration_is_logged_once_at_error_naming_the_setting_and_what_it_costs(
+    broken: str, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not an outage that ends by itself: under "allow" every guarded request runs unguarded until someone
+    fixes the setting, so it is said once, at ERROR, where an operator's alerting looks (not each request)."""
+    declare(settings)
+    with caplog.at_level(logging.WARNING, logger="django_semaphore"):
+        _requests(settings)
+        _requests(settings)  # sync, async, the decorator and the middleware, twice
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert len(errors) == 1, [record.getMessage() for record in errors]
+    (said,) = errors
+    assert said.name == "django_semaphore.settings" and said.exc_info is None
+    message = said.getMessage()
+    assert "SEMAPHORE_CONNECTION 'semaphores'" in message or "SEMAPHORE_CONNECTION 'redis://" in message
+    assert "ssl_c" in message and "rediss://" in message  # the option redis-py refused, and the fix
+    assert "unguarded" in message and "E015" in message  # what it costs until fixed, and where it is caught
+    assert "private-ca" not in message or broken != "url"  # a URL's query is not echoed
+
+
+class Switching:
+    """A factory whose clients come from a sound pool, or (``unusable``) from one of ``broken``'s kinds."""
+
+    def __init__(self, location: str, broken: str) -> None:
+        self.unusable = False
+        self.broken = broken
+        self.sound = redis.Redis.from_url(location, socket_timeout=1, socket_connect_timeout=0.5)
+        self.other = redis.Redis.from_url(location, socket_timeout=1, socket_connect_timeout=0.5, **TLS_OPTIONS)
+
+    def __call__(self) -> redis.Redis:
+        if not self.unusable:
+            return self.sound
+        if self.broken == "raises":
+            raise RuntimeError("the secret store did not answer")  # a factory that fails now and then
+        return self.other
+
+
+@pytest.mark.parametrize("broken", ["raises", "another pool"])
+def test_a_factory_unusable_now_and_then_is_the_policy_each_time_never_a_500(
+    settings: Any, redis_server: RedisServer, broken: str
+) -> None:
+    """Each new pool is looked at, whichever pool was sound last (the per-call fast path is by pool)."""
+    factory = Switching(_location(redis_server), broken)
+    settings.SEMAPHORE_CONNECTION = factory
+    declare(settings, guarded={"on_error": "deny"})
+    statuses = []
+    for unusable in (False, True, False, True, False):
+        factory.unusable = unusable
+        statuses.append(Client().get("/surface/reported/").status_code)
+    assert statuses == [200, 503, 200, 503, 200]
+    assert get_semaphore("guarded").status().used == 0
+
+
 def working_async_client() -> redis.asyncio.Redis:
     """SEMAPHORE_ASYNC_CONNECTION's factory: the session's server, which the sync setting cannot reach."""
     return redis.asyncio.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=1, socket_connect_timeout=0.5)
@@ -209,7 +262,9 @@ def test_the_background_threads_metrics_batches_meet_an_outage_not_a_bug(
         # The thread runs its jobs in time order: once this one has run, so has the metrics' batch before it.
         renewer.run_at("test: after the metrics batch", time.monotonic() + 0.5, flushed.set)
         assert flushed.wait(10)
-    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
+    # Nothing but the misconfiguration's own line (said once, where the request met it): no bug, no traceback.
+    said = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert [(record.name, record.exc_info) for record in said] == [("django_semaphore.settings", None)]
     assert any(key[:2] == ("guarded", ERROR) for key in tally.pending()["attempts"])  # kept for a later batch
 
 

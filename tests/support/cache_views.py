@@ -9,8 +9,10 @@ and never closed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.template import engines
 from django.template.response import SimpleTemplateResponse
 from django.utils.deprecation import MiddlewareMixin
@@ -70,6 +72,22 @@ def template(request: HttpRequest) -> SimpleTemplateResponse:
     return SimpleTemplateResponse(page, {"path": request.get_full_path()})
 
 
+def _counted_while_rendered() -> SimpleTemplateResponse:
+    """Rendered by Django's handler after the view returned; it says how many permits are held then."""
+    used = get_semaphore("guarded").status
+    return SimpleTemplateResponse(engines["django"].from_string("{{ used }}"), {"used": lambda: used().used})
+
+
+@semaphore("guarded")
+def counted_template(request: HttpRequest) -> SimpleTemplateResponse:
+    return _counted_while_rendered()
+
+
+@semaphore("guarded")
+async def counted_template_async(request: HttpRequest) -> SimpleTemplateResponse:
+    return _counted_while_rendered()
+
+
 @semaphore("guarded")
 def broken_template(request: HttpRequest) -> SimpleTemplateResponse:
     """Its rendering, by Django's handler after the view, raises (a URL that does not resolve)."""
@@ -120,3 +138,47 @@ async def page_async(request: HttpRequest) -> HttpResponse:
 def unguarded_stream(request: HttpRequest) -> StreamingHttpResponse:
     """No decorator: the middleware's rules decide."""
     return StreamingHttpResponse(_parts())
+
+
+def _broken_parts() -> object:
+    yield b"one "
+    raise RuntimeError("the stream broke half-way")
+
+
+async def _abroken_parts() -> object:
+    yield b"one "
+    raise RuntimeError("the stream broke half-way")
+
+
+@semaphore("guarded")
+def broken_stream(request: HttpRequest) -> StreamingHttpResponse:
+    """Its content raises after the first part: the body is over, sent in part."""
+    return StreamingHttpResponse(_broken_parts())
+
+
+@semaphore("guarded")
+async def broken_stream_async(request: HttpRequest) -> StreamingHttpResponse:
+    return StreamingHttpResponse(_abroken_parts())
+
+
+@semaphore("guarded")
+def unsendable_cookie(request: HttpRequest) -> HttpResponse:
+    """A cookie Django's ASGI handler cannot encode (it sends cookies as ASCII): the sending raises."""
+    response = HttpResponse(b"page")
+    response.set_cookie("last_search", request.GET.get("q", "\u20ac"))
+    return response
+
+
+class SetsACookie:
+    """Sync only (no async path): the middleware before it runs its sync path, in a thread, under ASGI."""
+
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response = self.get_response(request)
+        response.set_cookie("last_search", "\u20ac")
+        return response

@@ -50,4 +50,9 @@ urlpatterns = [
     path("stream-async/", cache_views.stream_async),
     path("page-async/", cache_views.page_async),
     path("unguarded-stream/", cache_views.unguarded_stream),
+    path("counted-template/", cache_views.counted_template),
+    path("counted-template-async/", cache_views.counted_template_async),
+    path("broken-stream/", cache_views.broken_stream),
+    path("broken-stream-async/", cache_views.broken_stream_async),
+    path("unsendable-cookie/", cache_views.unsendable_cookie),
 ]

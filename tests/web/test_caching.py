@@ -240,6 +240,25 @@ def test_the_per_site_cache_stores_a_template_response_rendered_inside_the_permi
     other.release()
 
 
+@pytest.mark.parametrize("path", ["/surface/counted-template/", "/surface/counted-template-async/"])
+def test_a_template_response_is_rendered_inside_its_permit_and_stored_so(pages: str, settings, path: str) -> None:
+    """Django's handler renders it after the view returned: the template's work (its lazy queries) is the
+    view's, under the limit, sync views and async ones alike; the copy stored is the one rendered then."""
+    declare(settings)
+    per_site_cache(settings)
+
+    async def get() -> Any:
+        return await AsyncClient().get(path)
+
+    first = asyncio.run(get()) if path.endswith("-async/") else Client().get(path)
+    assert first.status_code == 200 and first.content == b"1"  # the permit was held while it rendered
+    assert used() == 0
+    other = hold()
+    hit = Client().get(path)
+    assert hit.status_code == 200 and hit.content == b"1" and holders() == [other.token]
+    other.release()
+
+
 # -- a copy from the cache is not the request that held the permit -------------------------------------
 
 
@@ -437,8 +456,14 @@ def _asgi_scope(path: str) -> dict[str, Any]:
     }
 
 
-async def _asgi(handler: ASGIHandler, path: str, headers: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
-    """What the server is sent for one request, served to the end."""
+async def _asgi(
+    handler: ASGIHandler, path: str, headers: list[tuple[bytes, bytes]], refused: str | None = None
+) -> list[dict[str, Any]]:
+    """What the server is sent for one request, served to the end.
+
+    ``refused``: the type of message the server's ``send`` raises for (as
+    h11 does for a header name it will not send).
+    """
     scope = _asgi_scope(path)
     scope["headers"] = [*scope["headers"], *headers]
     received = [{"type": "http.request", "body": b"", "more_body": False}]
@@ -452,11 +477,20 @@ async def _asgi(handler: ASGIHandler, path: str, headers: list[tuple[bytes, byte
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
+        if message["type"] == refused:
+            raise OSError(f"the server refused {refused}")
         sent.append(message)
 
     await handler(scope, receive, send)
     done.set()
     return sent
+
+
+async def _asgi_failing(path: str, refused: str | None = None) -> list[dict[str, Any]]:
+    """``_asgi``, where Django's handler raises to the server (which logs it and drops the connection)."""
+    with pytest.raises(Exception) as raised:
+        await _asgi(ASGIHandler(), path, [], refused)
+    return [{"raised": raised.value}]
 
 
 @pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume synchronous iterators")
@@ -487,6 +521,54 @@ def test_a_response_whose_client_leaves_while_it_is_sent_under_asgi_gives_its_pe
         await handler(_asgi_scope(path), receive, send)
 
     asyncio.run(serve())
+    wait_until(lambda: used() == 0, timeout=PROMPTLY)
+
+
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume synchronous iterators")
+@pytest.mark.parametrize("path", ["/surface/broken-stream/", "/surface/broken-stream-async/"])
+def test_under_asgi_a_stream_whose_body_raises_gives_its_permit_back_at_once(
+    settings, no_cyclic_gc: None, path: str
+) -> None:
+    """Django's ASGI handler lets the error out to the server and never closes the response.
+
+    The error's traceback and the handler's tasks make a reference cycle that
+    keeps the response: only the end of its body can free the permit.
+    """
+    declare(settings)
+    asyncio.run(_asgi_failing(path))
+    wait_until(lambda: used() == 0, timeout=PROMPTLY)
+
+
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume synchronous iterators")
+@pytest.mark.parametrize("refused", ["http.response.start", "http.response.body"])
+@pytest.mark.parametrize(
+    "path", ["/surface/guarded/", "/surface/template/", "/surface/stream/", "/surface/stream-async/"]
+)
+def test_under_asgi_a_response_the_server_refuses_gives_its_permit_back_at_once(
+    settings, no_cyclic_gc: None, path: str, refused: str
+) -> None:
+    """The ASGI server's ``send`` raises (h11 does for a header name it will not send): never closed, as above."""
+    declare(settings)
+    asyncio.run(_asgi_failing(path, refused))
+    wait_until(lambda: used() == 0, timeout=PROMPTLY)
+
+
+@pytest.mark.parametrize("guard", ["decorator", "middleware in sync mode"])
+def test_under_asgi_a_response_django_cannot_send_gives_its_permit_back_at_once(
+    settings, no_cyclic_gc: None, guard: str
+) -> None:
+    """A cookie value Django's ASGI handler cannot encode (a client's search echoed into it): it raises sending.
+
+    Anonymous clients could otherwise pin a permit per request, renewed until a cyclic collection.
+    """
+    declare(settings)
+    path = "/surface/unsendable-cookie/"
+    if guard != "decorator":
+        path = "/surface/plain/"
+        # A sync-only middleware behind it runs the middleware's sync path, in a thread: the decorator's case.
+        settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE, "tests.support.cache_views.SetsACookie"]
+        guarded_by_rule(settings, f"^{path}$")
+    asyncio.run(_asgi_failing(path))
     wait_until(lambda: used() == 0, timeout=PROMPTLY)
 
 
