@@ -29,6 +29,14 @@ def stripe_limits(sem: Semaphore) -> list[int]:
     return [stripe.limit for stripe in sem.status().stripes]
 
 
+def limits_as_they_stand(sem: Semaphore) -> list[int]:
+    """Each stripe's limit in force, read without finishing a change (as ``status`` would)."""
+    from django_semaphore.core import scripts
+    from django_semaphore.core.connection import get_client
+
+    return [int(scripts.run(get_client(), calls.status(0, False))[1]) for calls in sem.stripe_calls]
+
+
 def test_shares_add_up_and_never_fall_when_the_total_rises() -> None:
     for stripes in (1, 2, 3, 8, 16):
         for total in range(0, 70):
@@ -249,3 +257,58 @@ def test_asyncio_status_and_limit() -> None:
         return (await sem.astatus()).limit
 
     assert asyncio.run(main()) == 16
+
+
+def _stepwise(sem: Semaphore, work: object, sums: list[int]) -> object:
+    """Drive a limit change one stripe's script at a time (as the masters may run them), the stripes' sum read
+    after each."""
+    from django_semaphore.core import scripts
+    from django_semaphore.core.connection import get_client
+
+    client = get_client()
+    steps = work  # a generator of Scripts steps
+    reply: list[object] | None = None
+    try:
+        step = next(steps)  # type: ignore[call-overload]
+        while True:
+            reply = []
+            for call in step.calls:
+                reply.append(scripts.run(client, call))
+                sums.append(sum(limits_as_they_stand(sem)))
+            step = steps.send(reply)  # type: ignore[attr-defined]
+    except StopIteration as done:
+        return done.value
+
+
+@pytest.mark.parametrize("target", [16, 6, 0, None], ids=["set-16", "set-6", "pause", "clear"])
+def test_no_step_of_a_change_lets_the_stripes_add_up_to_more_than_the_old_or_the_new_limit(
+    redis_client: redis.Redis, target: int | None
+) -> None:
+    """Stripes whose adaptive rules moved apart: whatever the change, and whatever order each phase's scripts
+    run in (here the stripes' own), every sum on the way stays within the larger of the old and the new limit.
+
+    From the rules' 1, 1, 5, 5 (12) to a set, or from a set of 9 (3, 2, 2, 2) back to rules at 5, 5, 1, 1:
+    raising first would pass both (13 on the way to 6; 14 on the way to 12).
+    """
+    from django_semaphore.core.stripe_limits import Plan, apply, plan_call
+
+    sem = striped("uneven", limit={"adaptive": {"min": 4, "max": 20, "initial": 8}})
+    rules = [1, 1, 5, 5]
+    if target is None:
+        sem.set_limit(9)
+        rules = [5, 5, 1, 1]
+    for calls, rule in zip(sem.stripe_calls, rules, strict=True):
+        redis_client.hset(calls.keys.state, "alimit", rule)
+    old = sum(limits_as_they_stand(sem))
+    action, value = ("clear", 0) if target is None else ("set", target)
+    plan = Plan.parse(scripts_run(redis_client, plan_call(stripe_layout.plan_key(sem.config), action, value)))
+    sums: list[int] = []
+    new = _stepwise(sem, apply(sem.stripe_calls, plan), sums)
+    assert new == sum(stripe_limits(sem)) == (12 if target is None else target)
+    assert max(sums) <= max(old, new), (old, new, sums)
+
+
+def scripts_run(client: redis.Redis, call: object) -> object:
+    from django_semaphore.core import scripts
+
+    return scripts.run(client, call)  # type: ignore[arg-type]
