@@ -41,6 +41,7 @@ from .renewal import renewer
 from .replicas import ReplicaConfirmation
 from .replies import HANDED, OTHER_WEIGHT, TOO_HEAVY, TOO_LATE, AcquireReply, retry_after_seconds
 from .stripe_lanes import Lanes, StripedCall
+from .stripe_options import shares
 from .tally import tally
 
 __all__ = ["PAUSED_RETRY_AFTER", "Attempt", "Semaphore", "all_semaphores", "get_semaphore", "granted", "refused"]
@@ -116,7 +117,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         self.stripe_calls = stripe_layout.stripe_calls(config) if self.partition is None else ()
         self.calls = self.stripe_calls[0] if self.stripe_calls else Calls.of(config, self.partition)
         self.keys = self.calls.keys
-        self.lanes = Lanes(config.stripes) if self.stripe_calls else None
+        self.lanes = Lanes(shares(config.limit, config.stripes)) if self.stripe_calls else None
 
     def __repr__(self) -> str:
         part = f" partition={self.partition[:8]}" if self.partition else ""

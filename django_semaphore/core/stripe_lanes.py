@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .calls import IDENTITY_PREFIX, AcquireRequest, Calls
-from .replies import FULL, TOO_HEAVY, AcquireReply
+from .replies import FULL, TOO_HEAVY, TOO_LATE, AcquireReply
 
 # Seconds a reply saying a stripe had no room keeps it out of a second choice.
 SEEN_FOR = 0.2
@@ -41,10 +41,15 @@ MAX_LANES = 100_000
 
 
 class Lanes:
-    """One process's lanes on the stripes of one semaphore, and what its replies said about each stripe."""
+    """One process's lanes on the stripes of one semaphore, and what its replies said about each stripe.
 
-    def __init__(self, stripes: int) -> None:
-        self.stripes = stripes
+    ``shares``: each stripe's share of the limit in settings, the most lanes this process puts on a stripe
+    until a reply says what the stripe's limit is now.
+    """
+
+    def __init__(self, shares: list[int]) -> None:
+        self.stripes = len(shares)
+        self._shares = list(shares)
         self._lock = threading.Lock()
         self._pid = 0
         self._reset()
@@ -58,12 +63,14 @@ class Lanes:
         self._lanes = [0] * self.stripes
         self._busy = [0] * self.stripes
         self._no_room_at = [float("-inf")] * self.stripes
+        self._limits = list(self._shares)
 
     def take(self) -> int:
         """The stripe a new call asks first: a free lane's, or a new lane on this process's first stripe with room.
 
-        With room: not seen without it lately, so a process whose calls outgrow
-        its stripe adds its next lanes on its next stripes, in its own order.
+        With room: fewer of this process's lanes than the stripe's limit, and
+        not seen full lately, so a process whose calls outgrow its stripe adds
+        its next lanes on its next stripes, in its own order.
         """
         now = time.monotonic()
         with self._lock:
@@ -75,7 +82,10 @@ class Lanes:
                 if lanes[stripe] > busy[stripe]:
                     break
             else:
-                stripe = next((s for s in self._order if now - self._no_room_at[s] > SEEN_FOR), self._order[0])
+                stripe = next(
+                    (s for s in self._order if lanes[s] < self._limits[s] and now - self._no_room_at[s] > SEEN_FOR),
+                    self._order[0],
+                )
                 lanes[stripe] += 1
             busy[stripe] += 1
             return stripe
@@ -90,7 +100,11 @@ class Lanes:
         return random.choice(fresh or others)
 
     def seen(self, stripe: int, reply: AcquireReply, weight: int) -> None:
-        """What a reply said: a stripe with less room than this call's weight is left out of second choices."""
+        """What a reply said: the stripe's limit now, and whether it had less room than this call's weight
+        (it is then left out of second choices and new lanes for a while)."""
+        if reply.code == TOO_LATE:
+            return  # a call refused unread: its reply says nothing of the stripe
+        self._limits[stripe] = reply.limit
         if reply.limit - reply.used < weight:
             self._no_room_at[stripe] = time.monotonic()
 
