@@ -99,3 +99,41 @@ def test_the_dashboard_shows_the_stripes_and_sets_the_limit(client: Client, held
     assert [s.limit for s in get_semaphore("site").status().stripes] == [2, 2, 2, 2]
     response = client.post(url("release", "site"), {"token": held[1].token, "partition": "", "confirm": "yes"})
     assert response.status_code == 302 and not held[1].is_held()
+
+
+@pytest.mark.parametrize(
+    ("options", "found"),
+    [
+        ({"limit": 8, "stripes": 0}, "integer from 1 to 256"),
+        ({"limit": 8, "stripes": 300}, "integer from 1 to 256"),
+        ({"limit": 8, "stripes": True}, "integer from 1 to 256"),
+        ({"limit": 8, "stripes": 2.0}, "integer from 1 to 256"),
+        ({"limit": 8, "stripes": 2, "key": "ip"}, "keyed semaphore already spreads"),
+        ({"limit": 8, "stripes": 2, "waiting_room": True}, "room's one line"),
+        ({"limit": 3, "stripes": 4}, "above its limit (3)"),
+        ({"limit": {"adaptive": {"min": 2, "max": 9, "initial": 4}}, "stripes": 4}, "above its adaptive min (2)"),
+        ({"limit": 8, "stripes": 4, "weight": 3}, "a stripe's part of the limit (2)"),
+    ],
+)
+def test_e022_refuses_what_stripes_cannot_honour(settings, options: dict[str, object], found: str) -> None:
+    from django_semaphore import checks
+
+    settings.SEMAPHORES = {"bad": options}
+    messages = [m for m in checks.check_semaphores() if m.id == "django_semaphore.E022"]
+    assert messages and found in messages[0].msg, [m.msg for m in checks.check_semaphores()]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"limit": 8, "stripes": 1, "key": "ip"},
+        {"limit": 8, "stripes": 8},
+        {"limit": 8, "stripes": 4, "weight": 2},
+        {"limit": {"adaptive": {"min": 4, "max": 9, "initial": 4}}, "stripes": 4},
+    ],
+)
+def test_e022_accepts_what_stripes_can_honour(settings, options: dict[str, object]) -> None:
+    from django_semaphore import checks
+
+    settings.SEMAPHORES = {"fine": options}
+    assert [m.msg for m in checks.check_semaphores()] == []
