@@ -202,20 +202,21 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         deadline: Deadline,
     ) -> tuple[AcquireRequest, AcquireReply]:
         """A striped semaphore's acquire: its own stripe, then one other if that one turned it away."""
+
+        def drive(request: AcquireRequest) -> AcquireReply:
+            if event is None:
+                return Driver(client, request, confirm, deadline).drive()
+            return cancel.drive_cancellable(client, request, confirm, event, deadline)
+
         sent, reply = call.first, None
         try:
-            for _ in range(2):
-                if event is None:
-                    reply = Driver(client, sent, confirm, deadline).drive()
-                else:
-                    reply = cancel.drive_cancellable(client, sent, confirm, event, deadline)
-                second = call.second(reply, lambda asked: _left_to_wait(asked, deadline))
-                if second is None:
-                    break
-                sent = second
+            reply = drive(sent)
+            second = call.second(reply, lambda asked: _left_to_wait(asked, deadline))
+            if second is not None:
+                sent, reply = second, None
+                reply = drive(sent)
         finally:
             call.ended(sent, reply)
-        assert reply is not None
         return sent, reply
 
     async def _aattempt(self, options: AcquireOptions) -> Attempt:
@@ -272,15 +273,13 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         """``_striped`` on the asyncio client."""
         sent, reply = call.first, None
         try:
-            for _ in range(2):
+            reply = await Driver(client, sent, confirm, deadline).adrive()
+            second = call.second(reply, lambda asked: _left_to_wait(asked, deadline))
+            if second is not None:
+                sent, reply = second, None
                 reply = await Driver(client, sent, confirm, deadline).adrive()
-                second = call.second(reply, lambda asked: _left_to_wait(asked, deadline))
-                if second is None:
-                    break
-                sent = second
         finally:
             call.ended(sent, reply)
-        assert reply is not None
         return sent, reply
 
     def _finish(

@@ -312,3 +312,20 @@ def scripts_run(client: redis.Redis, call: object) -> object:
     from django_semaphore.core import scripts
 
     return scripts.run(client, call)  # type: ignore[arg-type]
+
+
+def test_a_call_both_stripes_turn_away_asks_two_and_no_more() -> None:
+    """Its second stripe's answer ends the call: no third stripe is drawn, and the second's answer is not taken
+    for the first stripe's (the lanes' view of each stripe is what each stripe said)."""
+    full = striped("two", limit=4, stripes=2)
+    held = [full.acquire(wait=0, auto_renew=False) for _ in range(4)]
+    assert all(held)
+    caller = striped("two", limit=4, stripes=2)
+    assert caller.lanes is not None
+    first = caller.lanes._order[0]
+    assert caller.acquire(wait=0) is None
+    assert (caller.lanes.calls, caller.lanes.second, caller.lanes.second_granted) == (1, 1, 0)
+    held[0].release()  # type: ignore[union-attr]
+    freed = held[0].stripe  # type: ignore[union-attr]
+    assert caller.acquire(wait=0, auto_renew=False) is not None
+    assert caller.lanes._limits == [2, 2] and freed in (0, 1) and first in (0, 1)
