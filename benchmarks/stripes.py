@@ -10,8 +10,9 @@ two ways: one semaphore (one slot, one master) and one of 8 stripes.
   and per master; and the servers' processes' CPU (user + system, from
   ``/proc``: network and parsing included) per cycle. Striped over one.
 - **A steady load of 90 %**: 57 callers (threads in 4 OS processes) asking
-  without waiting, holding 1 to 5 ms, giving back and asking again. The site
-  always has 7 permits free, so every refusal is the stripes' doing. Counted:
+  without waiting, holding 1 to 5 ms, giving back and asking again, counted
+  after a second's warm-up. The site always has 7 permits free, so every
+  refusal is the stripes' doing. Counted:
   calls, refusals, calls that asked a second stripe, entries over the limit
   (each holder counts itself in a counter on the harness's own server), and
   the masters' script time per granted cycle, with the unstriped semaphore
@@ -47,6 +48,12 @@ LIMIT = 64
 STRIPES = 8
 CALLERS = (15, 14, 14, 14)  # 57 callers, 89 % of the limit, in four processes
 HOLD = (0.001, 0.005)
+# A bursty load's holds (and pauses between them): long enough that the callers' own round trips are little
+# beside them, so that what the referee counts inside is what the semaphore holds.
+BURSTY_HOLD = (0.01, 0.05)
+# Seconds each load runs before it is counted: its processes' first calls all start at once, before any
+# reply told them which stripes are full (the figures of that start: the cluster tests' refusal bound).
+WARM_UP = 1.0
 PROJECTED = (8, 16)
 SCRIPT_COMMANDS = ("fcall", "evalsha", "eval")
 
@@ -112,74 +119,117 @@ def _cycles(sem: Any, count: int) -> None:
         sem.acquire(wait=0, auto_renew=False).release()
 
 
+def _master_of(cluster: RedisCluster, key: str) -> int:
+    """Which of the cluster's masters (each an equal run of slots) serves ``key``."""
+    return key_slot(key.encode()) * len(cluster.nodes) // SLOTS
+
+
 def server_work(cluster: RedisCluster, repeats: int, count: int) -> dict[str, Any]:
-    """Per cycle, one client: script microseconds (all masters, and each) and process CPU, one vs striped."""
-    sems = {"one": _semaphore("work-one", 1), "striped": _semaphore("work-striped", STRIPES)}
-    for sem in sems.values():
-        _cycles(sem, 200)  # the library loaded on every master, connections open
-    usec: dict[str, list[float]] = {kind: [] for kind in sems}
-    cpu: dict[str, list[float]] = {kind: [] for kind in sems}
-    per_master: dict[str, list[list[float]]] = {kind: [] for kind in sems}
+    """Per cycle, one client, on each master in turn: the masters' script time and process CPU, one semaphore on
+    that master against a striped one whose stripe there the client asks (the same master, side by side)."""
+    masters = len(cluster.nodes)
+    pairs = []
+    for master in range(masters):
+        one = _semaphore(_name_on(master, masters, f"work-one-{master}"), 1)
+        striped = _semaphore(f"work-striped-{master}", STRIPES)
+        here = [c.stripe for c in striped.stripe_calls if _master_of(cluster, c.keys.state) == master]
+        # The client asks the stripe on this master first (a process keeps to one stripe: this one).
+        striped.lanes._order = here + [s for s in striped.lanes._order if s not in here]
+        pairs.append({"one": one, "striped": striped})
+        for sem in pairs[-1].values():
+            _cycles(sem, 200)  # the library loaded on every master, connections open
+    usec: dict[str, list[float]] = {"one": [], "striped": []}
+    cpu: dict[str, list[float]] = {"one": [], "striped": []}
+    per_master: dict[str, list[list[float]]] = {
+        "one": [[] for _ in range(masters)],
+        "striped": [[] for _ in range(masters)],
+    }
+    ratios, cpu_ratios = [], []
     for _ in range(repeats):
-        for kind, sem in sems.items():
-            _reset(cluster)
-            before = _process_cpu(cluster)
-            _cycles(sem, count)
-            after = _process_cpu(cluster)
-            masters = [u / count for u in _script_usec(cluster)]
-            per_master[kind].append(masters)
-            usec[kind].append(sum(masters))
-            if before and after:
-                cpu[kind].append(sum(a - b for a, b in zip(after, before, strict=True)) / count * 1e6)
+        for master, pair in enumerate(pairs):
+            measured: dict[str, tuple[float, float | None]] = {}
+            for kind, sem in pair.items():
+                _reset(cluster)
+                before = _process_cpu(cluster)
+                _cycles(sem, count)
+                after = _process_cpu(cluster)
+                spent = sum(_script_usec(cluster)) / count
+                used = (
+                    sum(a - b for a, b in zip(after, before, strict=True)) / count * 1e6 if before and after else None
+                )
+                measured[kind] = (spent, used)
+                usec[kind].append(spent)
+                per_master[kind][master].append(spent)
+                if used is not None:
+                    cpu[kind].append(used)
+            ratios.append(measured["striped"][0] / measured["one"][0])
+            if measured["striped"][1] and measured["one"][1]:
+                cpu_ratios.append(measured["striped"][1] / measured["one"][1])
     figures: dict[str, Any] = {}
-    for kind in sems:
+    for kind in ("one", "striped"):
         # The least of the rounds: on a shared machine a master waiting for a CPU only ever adds time to a
         # round (INFO commandstats times each call by the clock), so the least-disturbed round is the truest.
         figures[f"{kind}_us_per_cycle"] = min(usec[kind])
-        figures[f"{kind}_us_per_cycle_median"] = statistics.median(usec[kind])
-        figures[f"{kind}_us_per_cycle_per_master"] = [
-            round(min(round_[m] for round_ in per_master[kind]), 2) for m in range(len(cluster.nodes))
-        ]
+        figures[f"{kind}_us_per_cycle_per_master"] = [round(min(found), 2) for found in per_master[kind]]
         figures[f"{kind}_cpu_us_per_cycle"] = statistics.median(cpu[kind]) if cpu[kind] else None
-    figures["striped_over_one"] = min(usec["striped"]) / min(usec["one"])
-    figures["striped_over_one_median"] = statistics.median(
-        s / o for s, o in zip(usec["striped"], usec["one"], strict=True)
-    )
-    figures.update(refusal_cost(cluster, sems["one"], count))
-    if cpu["one"] and cpu["striped"]:
-        figures["striped_over_one_cpu"] = statistics.median(
-            s / o for s, o in zip(cpu["striped"], cpu["one"], strict=True)
-        )
+    # Each round's pair ran on one master, side by side: the median of their ratios.
+    figures["striped_over_one"] = statistics.median(ratios)
+    figures["striped_over_one_least"] = min(usec["striped"]) / min(usec["one"])
+    if cpu_ratios:
+        figures["striped_over_one_cpu"] = statistics.median(cpu_ratios)
+    figures.update(refusal_cost(cluster, pairs[0]["one"], count))
     return figures
 
 
-def closed_loop(sem: Any, counter: redis.Redis, name: str, callers: int, duration: float, seed: int) -> list[int]:
-    """``callers`` threads: ask without waiting, hold, give back, ask again; [calls, refused, granted].
+def in_use(cluster: Any, sem: Any) -> int:
+    """Permits the semaphore's stripes (or the semaphore) count in use now: their ``used``, read together."""
+    pipe = cluster.pipeline(transaction=False)
+    for calls in sem.stripe_calls or (sem.calls,):
+        pipe.hget(calls.keys.state, "used")
+    return sum(int(used or 0) for used in pipe.execute())
 
-    Each holder counts itself inside on the harness's own server; one that finds more than the limit
-    there counts an entry over it.
+
+def closed_loop(
+    sem: Any, cluster: Any, counter: redis.Redis, name: str, callers: int, duration: float, seed: int, think: bool
+) -> list[int]:
+    """``callers`` threads: ask without waiting, hold, give back, (``think``: pause as long again,) ask again,
+    for ``WARM_UP`` seconds and then ``duration`` more; [calls, refused, granted, refused below the limit]
+    counted in the ``duration`` only (the load steady: its processes found their stripes).
+
+    Each holder counts itself inside on the harness's own server, all along; one that finds more than the
+    limit there counts an entry over it. A refusal is below the limit when the semaphore's own counts, read
+    just after it (every stripe's ``used``, in one round trip), had room: permits given back in that round
+    trip show room that was not there, which the unstriped semaphore (never refused below its limit) shows
+    as its own share of such refusals, the measure's error.
     """
     prefix = os.environ["SEMAPHORE_KEY_PREFIX"]
     inside, over = f"{prefix}{name}-inside", f"{prefix}{name}-over"
-    totals = [0, 0, 0]
+    totals = [0, 0, 0, 0]
     lock = threading.Lock()
 
+    hold = BURSTY_HOLD if think else HOLD
+
     def run(rng: random.Random) -> None:
-        counts = [0, 0, 0]
-        end = time.monotonic() + duration
-        while time.monotonic() < end:
-            counts[0] += 1
+        counts = [0, 0, 0, 0]
+        steady = time.monotonic() + WARM_UP
+        end = steady + duration
+        while (now := time.monotonic()) < end:
+            counted = now >= steady
+            counts[0] += counted
             permit = sem.acquire(wait=0, auto_renew=False)
             if permit is None:
-                counts[1] += 1
-                time.sleep(HOLD[0])
+                counts[1] += counted
+                counts[3] += counted and in_use(cluster, sem) < LIMIT
+                time.sleep(rng.uniform(*hold) if think else hold[0])
                 continue
-            counts[2] += 1
+            counts[2] += counted
             if counter.incr(inside) > LIMIT:
                 counter.incr(over)
-            time.sleep(rng.uniform(*HOLD))
+            time.sleep(rng.uniform(*hold))
             counter.decr(inside)
             permit.release()
+            if think:
+                time.sleep(rng.uniform(*hold))
         with lock:
             for i, count in enumerate(counts):
                 totals[i] += count
@@ -225,14 +275,21 @@ def load_worker(
     settings.SEMAPHORE_CONNECTION = lambda: cluster
     settings.SEMAPHORE_METRICS_FLUSH_INTERVAL = None  # the same for every semaphore, and none after the cluster
     counter = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
-    for phase, (_kind, names, stripes) in enumerate(phases):
+    for phase, (kind, names, stripes) in enumerate(phases):
         name = names[seed % len(names)]
         sem = _semaphore(name, stripes)
         _cycles(sem, 20)
         barrier.wait()
-        calls, refused, granted = closed_loop(sem, counter, name, callers, duration, seed)
-        second = sem.lanes.second if sem.lanes is not None else 0
-        results.put((phase, calls, refused, granted, second))
+        lanes = sem.lanes
+        if lanes is not None:
+            threading.Timer(WARM_UP, lambda lanes=lanes: setattr(lanes, "second", 0)).start()
+        bursty = kind.startswith("bursty")
+        # A bursty load: twice the callers, each pausing as long as it holds: 90 % of the limit on average.
+        calls, refused, granted, below = closed_loop(
+            sem, cluster, counter, name, callers * 2 if bursty else callers, duration, seed, bursty
+        )
+        second = lanes.second if lanes is not None else 0
+        results.put((phase, calls, refused, granted, second, below))
     cluster.close()
 
 
@@ -250,6 +307,9 @@ def _kinds(masters: int, round_: int) -> list[tuple[str, tuple[str, ...], int]]:
         spread = tuple(_name_on(m, masters, f"steady-spread-{masters}-{round_}-{m}") for m in range(masters))
         kinds.append(("spread", spread, 1))
     kinds.append(("striped", (f"steady-striped-{masters}-{round_}",), STRIPES))
+    if round_ == 0:
+        kinds.append(("bursty-one", (f"bursty-one-{masters}",), 1))
+        kinds.append(("bursty-striped", (f"bursty-striped-{masters}",), STRIPES))
     return kinds
 
 
@@ -258,6 +318,7 @@ def steady_load(bench: Bench, cluster: RedisCluster, repeats: int, duration: flo
     stripes, entries over, the masters' script time and process CPU per granted cycle, script calls."""
     masters = len(cluster.nodes)
     phases = [phase for r in range(repeats) for phase in _kinds(masters, r)]
+    round_of = [r for r in range(repeats) for _phase in _kinds(masters, r)]
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(len(CALLERS) + 1)
     results = context.Queue()
@@ -272,11 +333,12 @@ def steady_load(bench: Bench, cluster: RedisCluster, repeats: int, duration: flo
         worker.start()
     rounds: list[dict[str, Any]] = []
     try:
-        for kind, names, stripes in phases:
+        for (kind, names, stripes), round_ in zip(phases, round_of, strict=True):
             barrier.wait(timeout=180)
+            time.sleep(WARM_UP)
             _reset(cluster)
             cpu_before = _process_cpu(cluster)
-            totals = [0, 0, 0, 0]
+            totals = [0, 0, 0, 0, 0]
             for _ in workers:
                 got = results.get(timeout=duration + 120)
                 for i, value in enumerate(got[1:]):
@@ -284,14 +346,16 @@ def steady_load(bench: Bench, cluster: RedisCluster, repeats: int, duration: flo
             cpu = [a - b for a, b in zip(_process_cpu(cluster), cpu_before, strict=False)]
             usec = _script_usec(cluster)
             script_calls = sum(_script_usec(cluster, "calls"))
-            calls, refused, granted, second = totals
+            calls, refused, granted, second, below = totals
             over = sum(int(bench.client.get(f"{bench.prefix}{name}-over") or 0) for name in names)
             rounds.append(
                 {
                     "kind": kind,
+                    "round": round_,
                     "calls": calls,
                     "granted_per_s": granted / duration,
                     "refused": refused,
+                    "below": below,
                     "second": second,
                     "over_limit": over,
                     "us_per_granted_cycle": sum(usec) / granted,
@@ -315,6 +379,7 @@ def steady_load(bench: Bench, cluster: RedisCluster, repeats: int, duration: flo
             "calls": calls,
             "granted_per_s": statistics.median(r["granted_per_s"] for r in mine),
             "refused_share": sum(r["refused"] for r in mine) / calls,
+            "refused_below_limit_share": sum(r["below"] for r in mine) / calls,
             "second_stripe_share": sum(r["second"] for r in mine) / calls,
             "over_limit": sum(r["over_limit"] for r in mine),
             "us_per_granted_cycle": statistics.median(r["us_per_granted_cycle"] for r in mine),
@@ -323,14 +388,14 @@ def steady_load(bench: Bench, cluster: RedisCluster, repeats: int, duration: flo
             "script_calls_per_grant": statistics.median(r["script_calls_per_grant"] for r in mine),
             "first_refusals_per_grant": statistics.median(r["first_refusals_per_grant"] for r in mine),
         }
-    by_round = [rounds[i : i + len(kinds)] for i in range(0, len(rounds), len(kinds))]
-    for other in kinds[:-1]:
-        figures[f"striped_over_{other}"] = _round_ratio(by_round, kinds, other, "us_per_granted_cycle")
-        figures[f"striped_over_{other}_cpu"] = _round_ratio(by_round, kinds, other, "cpu_us_per_granted_cycle")
+    by_round = [[r for r in rounds if r["round"] == round_] for round_ in range(repeats)]
+    for other in ("one", "spread") if masters > 1 else ("one",):
+        figures[f"striped_over_{other}"] = _round_ratio(by_round, other, "us_per_granted_cycle")
+        figures[f"striped_over_{other}_cpu"] = _round_ratio(by_round, other, "cpu_us_per_granted_cycle")
     return figures
 
 
-def _round_ratio(by_round: list[list[dict[str, Any]]], kinds: list[str], other: str, field: str) -> float | None:
+def _round_ratio(by_round: list[list[dict[str, Any]]], other: str, field: str) -> float | None:
     """The median over rounds of the striped semaphore's ``field`` over ``other``'s, each pair side by side."""
     ratios = []
     for round_ in by_round:
@@ -340,20 +405,21 @@ def _round_ratio(by_round: list[list[dict[str, Any]]], kinds: list[str], other: 
     return statistics.median(ratios) if ratios else None
 
 
-def counted_ratio(work: dict[str, Any], steady: dict[str, Any]) -> float:
-    """Server work per granted cycle under the load, striped over one, from what each did (counted) at what
+def refusal_overhead(work: dict[str, Any], steady: dict[str, Any], kind: str = "striped") -> float:
+    """Server work per granted cycle under a load, striped over one, from what each did (counted) at what
     each kind of call costs on a quiet server (measured): the load's own timings are wall-clock readings
     that a master waiting for a CPU stretches, three masters and the load sharing two CPUs here.
 
-    A granted cycle is an acquire and a release; each call a first stripe turned away adds a refused acquire
-    (its second-stripe acquire is the cycle's); the unstriped semaphore turns nobody away below its limit.
+    A granted cycle is an acquire and a release, the same scripts striped or not (their costs side by side:
+    ``striped_over_one``, kept apart: it is its own figure); what striping adds is each call a first stripe
+    turned away, an acquire refused (its second stripe's acquire is the cycle's). The unstriped semaphore's
+    own refusals (a bursty load's) count on its side.
     """
-
-    def per_grant(kind: str) -> float:
-        refused = steady[kind]["first_refusals_per_grant"]
-        return work[f"{kind}_us_per_cycle"] + refused * work["us_per_refused_acquire"]
-
-    return per_grant("striped") / per_grant("one")
+    cycle, refused = work["one_us_per_cycle"], work["us_per_refused_acquire"]
+    one = "bursty-one" if kind.startswith("bursty") else "one"
+    return (cycle + steady[kind]["first_refusals_per_grant"] * refused) / (
+        cycle + steady[one]["first_refusals_per_grant"] * refused
+    )
 
 
 def _median_or_none(values: list[float | None]) -> float | None:
@@ -374,18 +440,25 @@ def projection(us_per_cycle: float) -> dict[str, Any]:
     return projected
 
 
-def run(bench: Bench, seconds: float, repeats: int, count: int = 2000) -> dict[str, Any]:
+def run(bench: Bench, seconds: float, repeats: int, count: int = 1000) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for masters in MASTERS:
         with RedisCluster(masters) as cluster, _pointed_at(cluster):
             work = server_work(cluster, repeats, count)
             steady = steady_load(bench, cluster, max(repeats - 2, 1), seconds)
-        steady["striped_over_one_counted"] = counted_ratio(work, steady)
+        steady["refusal_overhead"] = refusal_overhead(work, steady)
+        steady["bursty_refusal_overhead"] = refusal_overhead(work, steady, "bursty-striped")
         figures[f"stripes_{masters}_masters"] = {**work, "steady": steady}
     three = figures[f"stripes_{MASTERS[-1]}_masters"]
-    figures["stripes_server_ratio"] = three["striped_over_one"]
-    figures["stripes_steady_server_ratio"] = max(
-        figures[f"stripes_{m}_masters"]["steady"]["striped_over_one_counted"] for m in MASTERS
+    figures["stripes_server_ratio"] = statistics.median(
+        figures[f"stripes_{m}_masters"]["striped_over_one"] for m in MASTERS
+    )
+    # The cycle's own cost (the same scripts) times what the first stripes' refusals add, at the worst cluster.
+    figures["stripes_steady_server_ratio"] = figures["stripes_server_ratio"] * max(
+        figures[f"stripes_{m}_masters"]["steady"]["refusal_overhead"] for m in MASTERS
+    )
+    figures["stripes_bursty_server_ratio"] = figures["stripes_server_ratio"] * max(
+        figures[f"stripes_{m}_masters"]["steady"]["bursty_refusal_overhead"] for m in MASTERS
     )
     figures["stripes_refused_share"] = max(
         figures[f"stripes_{m}_masters"]["steady"]["striped"]["refused_share"] for m in MASTERS
