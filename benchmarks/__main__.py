@@ -34,16 +34,17 @@ class Plan:
     async_seconds: float
     adaptive_seconds: float
     expiry_samples: int
+    stripes_seconds: float
 
 
-FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0, 20.0, 100)
-QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5, 8.0, 20)
+FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0, 20.0, 100, 8.0)
+QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5, 8.0, 20, 2.0)
 
 
 def benchmarks(
     plan: Plan, processes: int, wrk: bool = False, svg: str | None = None
 ) -> dict[str, Callable[[Bench], dict[str, Any]]]:
-    from . import adaptive, concurrency, contended, cycle, dashboard, expiry, handoff, otel, room, scale, web
+    from . import adaptive, concurrency, contended, cycle, dashboard, expiry, handoff, otel, room, scale, stripes, web
 
     return {
         "cycle": lambda b: cycle.run(b, plan.cycle_seconds, plan.repeats),
@@ -57,6 +58,7 @@ def benchmarks(
         "room": lambda b: room.run(b, plan.repeats),
         "otel": lambda b: otel.run(b, max(5, plan.repeats + 2)),
         "dashboard": lambda b: dashboard.run(b, plan.repeats),
+        "stripes": lambda b: stripes.run(b, plan.stripes_seconds, plan.repeats),
     }
 
 
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: cycle,contended,handoff,expiry,scale,web,async,adaptive,room,otel,dashboard",
+        help="comma-separated: cycle,contended,handoff,expiry,scale,web,async,adaptive,room,otel,dashboard,stripes",
     )
     parser.add_argument("--processes", type=int, default=0, help="contended processes (default 12; 4 with --quick)")
     parser.add_argument("--wrk", action="store_true", help="drive the web benchmark with wrk (if installed)")
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         "room",
         "otel",
         "dashboard",
+        "stripes",
     ]
     names = [n.strip() for n in args.only.split(",") if n.strip()] or everything
     unknown = set(names) - set(everything)

@@ -91,6 +91,25 @@ HEADLINES: list[tuple[str, str, Check | None, str, str]] = [
     ),
     ("async_ratio_vs_threads", "async: 100 tasks vs 100 threads", lambda v: v >= 1, ">= 1", "{:.2f}"),
     (
+        "stripes_server_ratio",
+        "stripes: server work per cycle, 8 stripes / 1",
+        lambda v: v <= 1.1,
+        "<= 1.1",
+        "{:.2f}x",
+    ),
+    (
+        "stripes_steady_server_ratio",
+        "stripes: the same at a steady 90 % load (its refusals counted)",
+        lambda v: v <= 1.1,
+        "<= 1.1",
+        "{:.2f}x",
+    ),
+    ("stripes_bursty_server_ratio", "stripes: the same at a bursty 90 % load", None, "", "{:.2f}x"),
+    ("stripes_refused_share", "stripes: refusals at a 90 % load, 8 stripes", lambda v: v < 0.01, "< 1%", "{:.2%}"),
+    ("stripes_second_share", "stripes: calls that asked a second stripe", None, "", "{:.1%}"),
+    ("stripes_over_limit", "stripes: entries over the limit", lambda v: v == 0, "0", "{:.0f}"),
+    ("stripes_projected_16", "stripes: one semaphore on 16 masters (projected, /s)", None, "", "{:,.0f}"),
+    (
         "adaptive_goodput_ratio_vs_best_fixed",
         "adaptive: goodput vs best fixed guess (K/2, 2K)",
         lambda v: v >= 1,
@@ -127,6 +146,59 @@ def peer_rows(results: dict[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
+STRIPE_COLUMNS = (
+    "masters",
+    "us/cycle, 1 stripe",
+    "8 stripes",
+    "ratio",
+    "90 % load: us/grant per master",
+    "CPU/grant vs 1",
+    "vs spread",
+    "refused",
+    "2nd stripe",
+    "over",
+    "bursty: refused, 1 / 8 stripes",
+)
+
+
+def stripe_rows(results: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One row per cluster size of the stripes benchmark (benchmarks/stripes.py)."""
+    rows = []
+    for masters in (1, 2, 3):
+        figures = results.get(f"stripes_{masters}_masters")
+        if not figures:
+            continue
+        steady, striped = figures["steady"], figures["steady"]["striped"]
+        cpu, spread = steady.get("striped_over_one_cpu"), steady.get("striped_over_spread_cpu")
+        rows.append(
+            (
+                str(masters),
+                f"{figures['one_us_per_cycle']:.1f}",
+                f"{figures['striped_us_per_cycle']:.1f}",
+                f"{figures['striped_over_one']:.2f}x",
+                " / ".join(f"{us:.0f}" for us in striped["us_per_granted_cycle_per_master"]),
+                "-" if cpu is None else f"{cpu:.2f}x",
+                "-" if spread is None else f"{spread:.2f}x",
+                f"{striped['refused_share']:.2%}",
+                f"{striped['second_stripe_share']:.1%}",
+                str(sum(part["over_limit"] for part in steady.values() if isinstance(part, dict))),
+                _bursty(steady),
+            )
+        )
+    return rows
+
+
+def _bursty(steady: dict[str, Any]) -> str:
+    """The bursty load's refusals, of one semaphore and of the striped one (below the limit, as read)."""
+    one, striped = steady.get("bursty-one"), steady.get("bursty-striped")
+    if not one or not striped:
+        return "-"
+    return (
+        f"{one['refused_share']:.1%} / {striped['refused_share']:.1%} "
+        f"(below the limit {one['refused_below_limit_share']:.1%} / {striped['refused_below_limit_share']:.1%})"
+    )
+
+
 def context_lines(results: dict[str, Any]) -> list[str]:
     m = results.get("machine", {})
     lines = [
@@ -146,6 +218,10 @@ def context_lines(results: dict[str, Any]) -> list[str]:
             f"@semaphore {results['web_decorated_rps']:.0f} req/s (+{results['decorator_added_ms'] * 1000:.0f} us), "
             f"middleware rule {results['web_ruled_rps']:.0f} req/s (+{results['middleware_added_ms'] * 1000:.0f} us)"
         )
+    projection = results.get("stripes_projection")
+    if projection:
+        lines.append(f"stripes, projected: {projection['masters_8_arithmetic']}")
+        lines.append(f"stripes, projected: {projection['masters_16_arithmetic']}")
     lines += [f"{key}: {value}" for key, value in results.items() if key.endswith(("_error", "_skipped"))]
     return lines
 
@@ -179,6 +255,14 @@ def print_table(results: dict[str, Any]) -> None:
         for row in peers:
             table.add_row(*row)
         console.print(table)
+    stripes = stripe_rows(results)
+    if stripes:
+        table = Table(title="stripes: one semaphore of 64 on a local Redis Cluster")
+        for column in STRIPE_COLUMNS:
+            table.add_column(column)
+        for row in stripes:
+            table.add_row(*row)
+        console.print(table)
     for line in context_lines(results):
         console.print(line)
 
@@ -190,6 +274,10 @@ def markdown(results: dict[str, Any]) -> str:
     if peers:
         lines += ["", "| contender | limit | round trips per acquire | entries/s | entries over the limit |"]
         lines += ["|---|---|---|---|---|"] + [f"| {' | '.join(row)} |" for row in peers]
+    stripes = stripe_rows(results)
+    if stripes:
+        lines += ["", f"| {' | '.join(STRIPE_COLUMNS)} |", "|" + "---|" * len(STRIPE_COLUMNS)]
+        lines += [f"| {' | '.join(row)} |" for row in stripes]
     if results.get("adaptive_cases"):
         from .adaptive import COLUMNS, rows
 

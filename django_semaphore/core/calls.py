@@ -53,10 +53,12 @@ def wire(text: str | bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Calls:
-    """The script calls of one semaphore (or one partition of it)."""
+    """The script calls of one semaphore (or one partition of it, or one stripe of a striped one)."""
 
     keys: SemaphoreKeys
     config: bytes  # the wire form of its SemaphoreConfig (ARGV[1])
+    # Which stripe of a striped semaphore these calls reach (core/stripe_layout.py); None: not a stripe.
+    stripe: int | None = None
 
     @classmethod
     def of(cls, config: SemaphoreConfig, partition: str | None) -> Calls:
@@ -129,6 +131,10 @@ class Calls:
     def set_limit(self, operation: str, value: int = 0) -> ScriptCall:
         """``operation``: "set" (to ``value``), "add" (``value``, may be negative) or "clear"."""
         return ScriptCall("set_limit", self.keys.common, [self.config, operation, value])
+
+    def stripe_limit(self, generation: int, phase: str, action: str, value: int = 0) -> ScriptCall:
+        """One stripe's step of a striped semaphore's limit change (core/lua/stripe_limit.lua)."""
+        return ScriptCall("stripe_limit", self.keys.common, [self.config, generation, phase, action, value])
 
     def room(self, action: str, metadata: bytes = b"") -> ScriptCall:
         """A waiting room's operation (core/lua/room.lua): "visit <token> <lease_ms> <hold_ms>", "figures",
@@ -392,6 +398,11 @@ METADATA_LIMIT = 2000
 ELLIPSIS = "…"
 
 
+# What every identity's token starts with (a random token is hex): a striped semaphore sends an identity's
+# calls to one stripe (core/stripe_lanes.py).
+IDENTITY_PREFIX = "id-"
+
+
 def identity_token(identity: str) -> str:
     """A holder token derived from the identity, keyed with SECRET_KEY.
 
@@ -399,7 +410,7 @@ def identity_token(identity: str) -> str:
     the token that releases or renews its permit.
     """
     digest = salted_hmac("django_semaphore.identity", wire(identity), algorithm="sha256")
-    return "id-" + digest.hexdigest()[:32]
+    return IDENTITY_PREFIX + digest.hexdigest()[:32]
 
 
 @lru_cache(maxsize=1)

@@ -26,6 +26,9 @@ Errors:
 - E020 a ``waiting_room`` has a wrong value, or its entry sets what a room cannot
   honour (``key``, a ``weight`` other than 1, ``wait`` > 0, ``fair: False``, an
   adaptive limit, ``replicas``).
+- E022 ``stripes`` is not an integer from 1 to 256, or a striped entry has a ``key`` or a
+  ``waiting_room``, a limit (an adaptive ``min``) below its stripes, or a ``weight`` above a
+  stripe's part of the limit.
 
 Not checked: ``replicas`` > 0 with a Redis Cluster connection factory, which
 only calling the factory (opening a connection) would reveal; the first
@@ -53,6 +56,7 @@ from .conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, option_problems, u
 from .connection import BUILT_IN_BACKEND, DJANGO_REDIS_BACKEND, backend_kind
 from .redis_keys import check_prefix
 from .room_options import room_problems
+from .stripe_options import stripe_problems
 
 APP = "django_semaphore"
 SHARDED_CLIENT = "django_redis.client.ShardClient"
@@ -260,4 +264,6 @@ def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             messages.append(error(17, keyed, "Use a fixed limit for a keyed semaphore, or drop its 'key'."))
         hint = "See the docs, guides/waiting-room.md."
         messages += [error(20, problem, hint) for problem in room_problems(name, options)]
+        hint = "See the docs, guides/scaling.md (Stripes)."
+        messages += [error(22, problem, hint) for problem in stripe_problems(name, options)]
     return messages

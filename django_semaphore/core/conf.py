@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -23,6 +23,7 @@ from .adaptive import AdaptiveLimit, adaptive_problems, is_adaptive, keyed_probl
 from .options import unknown_problems, warn_unknown
 from .redis_keys import check_name, check_prefix
 from .room_options import DEFAULT_VISIT_LEASE, ROOM_OPTIONS, RoomOptions, room_problems
+from .stripe_options import share, stripe_count, stripe_problems
 
 ON_ERROR_CHOICES = ("allow", "deny")
 # The HTTP status of a refusal because the limit is full: 503 (the server is busy) or 429 (this client
@@ -91,6 +92,7 @@ OPTIONS = (
     "max_hold",
     "max_partitions",
     "waiting_room",
+    "stripes",
 )
 
 
@@ -222,6 +224,8 @@ class SemaphoreConfig:
     adaptive: AdaptiveLimit | None = None
     # A waiting room (core/room_options.py): the limit counts visitors; `waiter_ttl` is its abandon time.
     room: RoomOptions | None = None
+    # Hash tags the semaphore is spread over (core/stripe_options.py); 1: one, as any semaphore.
+    stripes: int = 1
 
     @classmethod
     def from_options(cls, name: str, options: Mapping[str, Any]) -> SemaphoreConfig:
@@ -231,6 +235,7 @@ class SemaphoreConfig:
             keyed = keyed_problem(name, options)
             problems += [keyed] if keyed else []
             problems += room_problems(name, options)
+            problems += stripe_problems(name, options)
         if problems:
             raise ImproperlyConfigured(" ".join(problems))
         for where, found, known in _option_dicts(name, options):
@@ -261,18 +266,47 @@ class SemaphoreConfig:
             partition_idle=float(app_setting("SEMAPHORE_PARTITION_IDLE")),
             max_partitions=options.get("max_partitions"),
             room=room,
+            stripes=stripe_count(options),
         )
 
     def wire(self, partitioned: bool) -> bytes:
         """ARGV[1] of every script: this configuration as the scripts read it (see core/lua/common.lua)."""
         return self._wire_partition if partitioned else self._wire_whole
 
-    def _encode(self, every_ms: int, whole: bool) -> bytes:
+    def stripe_wire(self, stripe: int) -> bytes:
+        """ARGV[1] of every script on stripe ``stripe``: its share of the limit (and of an adaptive rule's bounds)."""
+        return self._wire_stripes[stripe]
+
+    def stripe_limit(self, stripe: int) -> int:
+        """Stripe ``stripe``'s share of the limit in settings (of an adaptive rule's initial limit)."""
+        return share(self.limit, self.stripes, stripe)
+
+    def stripe_adaptive(self, stripe: int) -> AdaptiveLimit | None:
+        """Stripe ``stripe``'s adaptive rule: the semaphore's, within its share of min, max and initial.
+
+        Each stripe runs the rule on its own holds: the stripes' limits add up
+        to one within min and max, and each move is one script on one stripe
+        (core/stripe_limits.py).
+        """
+        spec = self.adaptive
+        if spec is None:
+            return None
+        low, high, initial = (share(n, self.stripes, stripe) for n in (spec.min, spec.max, spec.initial))
+        return replace(spec, min=low, max=high, initial=initial)
+
+    def _encode(self, every_ms: int, whole: bool, stripe: int | None = None) -> bytes:
         ttl_ms = max(int(self.waiter_ttl * 1000), 1)
         idle_ms = max(int(self.partition_idle * 1000), 1)
-        text = f"{self.limit} {ttl_ms} {every_ms} {HISTORY_KEEP} {idle_ms} {int(self.fair)} {int(whole)}"
+        limit, adaptive = self.limit, self.adaptive
+        if stripe is not None:
+            limit, adaptive = self.stripe_limit(stripe), self.stripe_adaptive(stripe)
+        text = f"{limit} {ttl_ms} {every_ms} {HISTORY_KEEP} {idle_ms} {int(self.fair)} {int(whole)}"
         # A room (never adaptive: E020) ends with " room": the scripts treat its line as visitors' (common.lua).
-        return (text + (self.adaptive.wire() if self.adaptive else " room" if self.room else "")).encode()
+        return (text + (adaptive.wire() if adaptive else " room" if self.room else "")).encode()
+
+    @cached_property
+    def _wire_stripes(self) -> tuple[bytes, ...]:
+        return tuple(self._encode(HISTORY_EVERY_MS, whole=True, stripe=stripe) for stripe in range(self.stripes))
 
     @cached_property
     def _wire_whole(self) -> bytes:

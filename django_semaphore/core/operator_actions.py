@@ -2,21 +2,26 @@
 
 A base of ``Semaphore`` (core/semaphore.py): ``manage.py semaphore_status``,
 ``semaphore_release``, ``semaphore_limit``, the dashboard and the Python API
-all come here. Each action is one script call.
+all come here. Each action is one script call; on a striped semaphore, one
+per stripe, sent together (a limit change in two rounds, those it lowers
+first: core/stripe_limits.py).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
-from . import vanished
+from . import stripe_status, vanished
 from .calls import Calls
 from .conf import MAX_LIMIT, SemaphoreConfig
 from .connection import arun, run
 from .flow import server_clock
 from .redis_keys import SemaphoreKeys
 from .replies import SemaphoreStatus
+from .stripe_layout import plan_key
+from .stripe_limits import Plan, Scripts, Work, arun_work, change, repair, run_work
 
 
 class OperatorActions:
@@ -27,18 +32,47 @@ class OperatorActions:
     config: SemaphoreConfig
     calls: Calls
     keys: SemaphoreKeys
+    # A striped semaphore's stripes (core/stripe_layout.py); () for any other.
+    stripe_calls: tuple[Calls, ...]
 
     def status(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
         """Limit, use, waiters, counters and holders; reclaims expired holders first.
 
-        ``history=True`` adds the last hour of utilisation samples.
+        ``history=True`` adds the last hour of utilisation samples. A striped
+        semaphore's is its stripes' added up (core/stripe_status.py), each
+        stripe's own in ``stripes``.
         """
+        if self.stripe_calls:
+            return self._striped_status(run_work(self._status_work(max_holders, history), self.name), max_holders)
         reply = run(self.calls.status(max_holders, history), self.name, self.partition)
         return self._parsed_status(reply)
 
     async def astatus(self, max_holders: int = 100, *, history: bool = False) -> SemaphoreStatus:
+        if self.stripe_calls:
+            found = await arun_work(self._status_work(max_holders, history), self.name)
+            return self._striped_status(found, max_holders)
         reply = await arun(self.calls.status(max_holders, history), self.name, self.partition)
         return self._parsed_status(reply)
+
+    def _status_work(self, max_holders: int, history: bool) -> Work[tuple[Plan, list[Any]]]:
+        """The stripes' statuses, after finishing a limit change a process left half-applied."""
+        plan = yield from repair(self.stripe_calls, plan_key(self.config))
+        replies = yield Scripts([calls.status(max_holders, history) for calls in self.stripe_calls])
+        return plan, replies
+
+    def _striped_status(self, found: tuple[Plan, list[Any]], max_holders: int) -> SemaphoreStatus:
+        plan, replies = found
+        statuses = []
+        for stripe, (calls, reply) in enumerate(zip(self.stripe_calls, replies, strict=True)):
+            vanished.report_status(self.name, None, reply)
+            config = self.config
+            status = SemaphoreStatus.parse(
+                self.name, None, config.stripe_limit(stripe), reply, config.stripe_adaptive(stripe)
+            )
+            server_clock.observe(calls.keys.base, status.now_ms, time.monotonic())
+            statuses.append(status)
+        whole = stripe_status.merged(self.name, self.config.limit, plan.override, statuses, self.config.adaptive)
+        return replace(whole, holders=whole.holders[:max_holders])
 
     def _parsed_status(self, reply: Any) -> SemaphoreStatus:
         """The status, and the server's clock it read: a later acquire is then refused once abandoned.
@@ -65,7 +99,11 @@ class OperatorActions:
         return self._force(None)
 
     def _force(self, token: str | None) -> list[str]:
-        released = run(self.calls.force_release(token), self.name, self.partition)
+        if self.stripe_calls:
+            work = _each(Scripts([calls.force_release(token) for calls in self.stripe_calls]))
+            released = [t for reply in run_work(work, self.name) for t in reply]
+        else:
+            released = run(self.calls.force_release(token), self.name, self.partition)
         return [t.decode() if isinstance(t, bytes) else str(t) for t in released]
 
     def set_limit(self, limit: int | None) -> int:
@@ -87,4 +125,11 @@ class OperatorActions:
         return self._limit("add", change)
 
     def _limit(self, operation: str, value: int = 0) -> int:
+        if self.stripe_calls:
+            return run_work(change(self.stripe_calls, plan_key(self.config), operation, value), self.name)
         return int(run(self.calls.set_limit(operation, value), self.name, self.partition))
+
+
+def _each(step: Scripts) -> Work[list[Any]]:
+    """One round trip's replies (every stripe's answer to one operation)."""
+    return (yield step)

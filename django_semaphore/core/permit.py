@@ -37,7 +37,9 @@ class Permit:
 
     ``fence`` strictly increases with every grant of the semaphore: hand it
     to the resource you protect so it can refuse a holder whose lease ran out
-    while it was paused (see README, "Fencing tokens").
+    while it was paused (see README, "Fencing tokens"). A striped semaphore's
+    fences increase per stripe: ``stripe`` says which, and ``(stripe, fence)``
+    is what a resource compares (docs/guides/leases-and-fencing.md).
     """
 
     def __init__(
@@ -82,6 +84,10 @@ class Permit:
         self._unconfirmed = False
         # When its holder let it go (monotonic): the end of its hold time.
         self._let_go_at = 0.0
+        # A striped semaphore's permit: its stripe (its fence is that stripe's), and what frees the lane its
+        # process holds there once it ends (core/stripe_lanes.py). None for any other.
+        self.stripe = calls.stripe
+        self.lane: Callable[[], object] | None = None
 
     def __repr__(self) -> str:
         state = (
@@ -316,6 +322,12 @@ class Permit:
         self._releasing = True
         self._let_go_at = time.monotonic()
         renewer.forget(self)
+        self._free_lane()
+
+    def _free_lane(self) -> None:
+        lane, self.lane = self.lane, None
+        if lane is not None:
+            lane()
 
     def _settle_later(self, *, soon: bool = False) -> None:
         """The release's outcome is unknown (an outage, an interruption): give the permit back once Redis answers."""
@@ -392,6 +404,7 @@ class Permit:
             return
         self.lost = True
         renewer.forget(self)
+        self._free_lane()
         self._ended(MAX_HOLD if reason == "max_hold" else REVOKED if reason == "vanished" else None, time.monotonic())
         if reason == "max_hold":
             logger.warning("%r was held for its whole max_hold and is now lost.", self)

@@ -58,6 +58,11 @@ class SemaphoreKeys:
         return cls(base=f"{prefix}{{{tag}}}:")
 
     @staticmethod
+    def stripes_of(prefix: str, name: str) -> str:
+        """A striped semaphore's last limit change (HASH, core/lua/stripe_plan.lua), in the name's own slot."""
+        return f"{prefix}{{{name}}}:stripes"
+
+    @staticmethod
     def partitions_of(prefix: str, name: str) -> str:
         """The registry of a name's partitions (ZSET hash -> last recorded, ms), in the name's own slot."""
         return f"{prefix}{{{name}}}:registry"

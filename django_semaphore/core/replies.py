@@ -171,6 +171,8 @@ class Holder:
     acquired_at_ms: int
     lease_deadline_ms: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The stripe it holds a permit of, in a striped semaphore's status (core/stripe_status.py); else None.
+    stripe: int | None = None
 
     @classmethod
     def parse(cls, token: Any, deadline: Any, info: Any) -> Holder:
@@ -238,6 +240,8 @@ class SemaphoreStatus:
     history: list[Sample] = field(default_factory=list)
     # Where an adaptive limit stands (None for a fixed one).
     adaptive: AdaptiveStatus | None = None
+    # A striped semaphore's stripes, each as a status of its own (core/stripe_status.py); () for any other.
+    stripes: tuple[SemaphoreStatus, ...] = ()
 
     @classmethod
     def parse(

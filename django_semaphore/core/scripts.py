@@ -69,6 +69,8 @@ OPERATIONS = (
     "room",
     "tally",
     "metric_series",
+    "stripe_limit",
+    "stripe_plan",
 )
 
 # The helpers every operation shares, in this order (adaptive.lua uses common.lua's).

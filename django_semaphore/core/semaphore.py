@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.signals import setting_changed
 
-from . import bounded, cancel, entered, registry, replicas, scripts, signals, vanished
+from . import bounded, cancel, entered, registry, replicas, scripts, signals, stripe_layout, vanished
 from .bounded import Deadline
 from .calls import (
     AcquireOptions,
@@ -40,6 +40,8 @@ from .redis_keys import hash_partition
 from .renewal import renewer
 from .replicas import ReplicaConfirmation
 from .replies import OTHER_WEIGHT, TOO_HEAVY, TOO_LATE, AcquireReply, retry_after_seconds
+from .stripe_lanes import Lanes, StripedCall
+from .stripe_options import shares
 from .tally import tally
 
 __all__ = ["PAUSED_RETRY_AFTER", "Attempt", "Semaphore", "all_semaphores", "get_semaphore", "granted", "refused"]
@@ -108,8 +110,14 @@ class Semaphore(OperatorActions, PartitionBrowsing):
                 f"Semaphore {config.name!r} has an adaptive limit, which applies to the whole semaphore only: "
                 "it cannot be partitioned by a key."
             )
-        self.calls = Calls.of(config, self.partition)
+        if config.stripes > 1 and self.partition is not None:
+            # A keyed semaphore spreads over the cluster by its keys already (E022 refuses the two in settings).
+            raise ValueError(f"Semaphore {config.name!r} is striped: it cannot be partitioned by a key.")
+        # A striped semaphore's stripes (core/stripe_layout.py); its own calls are its first stripe's.
+        self.stripe_calls = stripe_layout.stripe_calls(config) if self.partition is None else ()
+        self.calls = self.stripe_calls[0] if self.stripe_calls else Calls.of(config, self.partition)
         self.keys = self.calls.keys
+        self.lanes = Lanes(shares(config.limit, config.stripes)) if self.stripe_calls else None
 
     def __repr__(self) -> str:
         part = f" partition={self.partition[:8]}" if self.partition else ""
@@ -171,14 +179,45 @@ class Semaphore(OperatorActions, PartitionBrowsing):
                 recording = registry.admit(client, self.config, self.partition, self.key, deadline)
             request = _left_to_wait(request, deadline)
             confirm = replicas.confirmation(self.config, client) if self.config.replicas else None
-            if options.cancel is None:
+            striped = None
+            if self.lanes is not None:
+                striped = StripedCall(self.lanes, self.stripe_calls, request)
+                request, reply = self._striped(striped, client, confirm, options.cancel, deadline)
+            elif options.cancel is None:
                 reply = Driver(client, request, confirm, deadline).drive()
             else:
                 reply = cancel.drive_cancellable(client, request, confirm, options.cancel, deadline)
             if confirm is not None and confirm.short(reply):
                 scripts.run(client, request.release_call())
+                _lane_freed(striped, request)
                 raise replicas.unconfirmed(self.name, self.partition, confirm)
-        return self._finish(request, reply, recording, options, client)
+        return self._finish(request, reply, recording, options, client, striped=striped)
+
+    def _striped(
+        self,
+        call: StripedCall,
+        client: SyncClient,
+        confirm: ReplicaConfirmation | None,
+        event: threading.Event | None,
+        deadline: Deadline,
+    ) -> tuple[AcquireRequest, AcquireReply]:
+        """A striped semaphore's acquire: its own stripe, then one other if that one turned it away."""
+
+        def drive(request: AcquireRequest) -> AcquireReply:
+            if event is None:
+                return Driver(client, request, confirm, deadline).drive()
+            return cancel.drive_cancellable(client, request, confirm, event, deadline)
+
+        sent, reply = call.first, None
+        try:
+            reply = drive(sent)
+            second = call.second(reply, lambda asked: _left_to_wait(asked, deadline))
+            if second is not None:
+                sent, reply = second, None
+                reply = drive(sent)
+        finally:
+            call.ended(sent, reply)
+        return sent, reply
 
     async def _aattempt(self, options: AcquireOptions) -> Attempt:
         """``_attempt`` on the asyncio client.
@@ -198,8 +237,10 @@ class Semaphore(OperatorActions, PartitionBrowsing):
                 # not a permit granted that nobody can renew.
                 renewing = get_client() if options.renewed(self.config) else None
                 deadline = bounded.budget(client, request.wait)
-                recording, reply = await bounded.by(deadline, self._aacquire(client, request, deadline))
-            attempt = self._finish(request, reply, recording, options, None, renewing)
+                recording, request, reply, striped = await bounded.by(
+                    deadline, self._aacquire(client, request, deadline)
+                )
+            attempt = self._finish(request, reply, recording, options, None, renewing=renewing, striped=striped)
         except BaseException as exc:
             tally.failed(self.name, self.config.on_error, exc, started)
             raise
@@ -208,8 +249,8 @@ class Semaphore(OperatorActions, PartitionBrowsing):
 
     async def _aacquire(
         self, client: AsyncClient, request: AcquireRequest, deadline: Deadline
-    ) -> tuple[registry.Recording, AcquireReply]:
-        """``aattempt``'s round trips, which its caller ends at ``deadline``."""
+    ) -> tuple[registry.Recording, AcquireRequest, AcquireReply, StripedCall | None]:
+        """``aattempt``'s round trips, which its caller ends at ``deadline``; the request that got the reply."""
         recording = registry.SKIPPED
         if self.partition is not None and self.key is not None:
             recording = await registry.aadmit(client, self.config, self.partition, self.key)
@@ -217,11 +258,32 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         confirm: ReplicaConfirmation | None = (
             replicas.confirmation(self.config, client) if self.config.replicas else None
         )
-        reply = await Driver(client, request, confirm, deadline).adrive()
+        striped = None
+        if self.lanes is None:
+            reply = await Driver(client, request, confirm, deadline).adrive()
+        else:
+            striped = StripedCall(self.lanes, self.stripe_calls, request)
+            request, reply = await self._astriped(striped, client, confirm, deadline)
         if confirm is not None and confirm.short(reply):
             await scripts.arun(client, request.release_call())
+            _lane_freed(striped, request)
             raise replicas.unconfirmed(self.name, self.partition, confirm)
-        return recording, reply
+        return recording, request, reply, striped
+
+    async def _astriped(
+        self, call: StripedCall, client: AsyncClient, confirm: ReplicaConfirmation | None, deadline: Deadline
+    ) -> tuple[AcquireRequest, AcquireReply]:
+        """``_striped`` on the asyncio client."""
+        sent, reply = call.first, None
+        try:
+            reply = await Driver(client, sent, confirm, deadline).adrive()
+            second = call.second(reply, lambda asked: _left_to_wait(asked, deadline))
+            if second is not None:
+                sent, reply = second, None
+                reply = await Driver(client, sent, confirm, deadline).adrive()
+        finally:
+            call.ended(sent, reply)
+        return sent, reply
 
     def _finish(
         self,
@@ -230,14 +292,17 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         recording: registry.Recording,
         options: AcquireOptions,
         client: SyncClient | None,
+        *,
         renewing: SyncClient | None = None,
+        striped: StripedCall | None = None,
     ) -> Attempt:
         """The attempt a reply stands for: a permit (renewed, signalled) or why there is none; errors raised.
 
         ``client`` is the sync client the call used (None on the asyncio path): the permit keeps it, so
         its release, renewals and clean-ups go where it was granted without asking the settings again.
         ``renewing``: on the asyncio path, the sync client of the settings the call was made under, for the
-        renewal thread (None when the permit is not renewed).
+        renewal thread (None when the permit is not renewed). ``striped``: a striped semaphore's call, which
+        says the stripe's lane the permit keeps.
         """
         if self.partition is not None and self.key is not None and recording.must_record_again(reply.fresh):
             # A partition this process had recorded, found evicted by its acquire, goes back in the registry.
@@ -245,6 +310,11 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         if reply.vanished:
             vanished.report_reply(self.name, self.partition, reply.vanished)
         if reply.code == TOO_HEAVY:
+            if request.calls.stripe is not None:
+                raise WeightAboveLimit(
+                    f"Asked {request.weight} permits of {self.name!r}, whose stripes hold {reply.limit} or so each: "
+                    "one call's permits come from one stripe."
+                )
             raise WeightAboveLimit(f"Asked {request.weight} permits of {self.name!r}, whose limit is {reply.limit}.")
         if reply.code == OTHER_WEIGHT:
             raise WeightMismatch(
@@ -278,7 +348,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             client=client,
             name=self.name,
             partition=self.partition,
-            calls=self.calls,
+            calls=request.calls,
             token=request.token,
             fence=reply.fence,
             weight=request.weight,
@@ -287,6 +357,8 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             expires_at=reply.expires_at,
             on_lost=options.on_lost,
         )
+        if striped is not None and request.calls.stripe is not None:
+            permit.lane = striped.lane_of(request.calls.stripe)
         if renewed:
             renewer.track(permit)
         if signals.listened(signals.semaphore_acquired):
@@ -321,6 +393,14 @@ def granted(semaphore: Semaphore, attempt: Attempt) -> Permit:
     if attempt.permit is None:
         raise refused(semaphore.name, semaphore.partition, attempt)
     return attempt.permit
+
+
+def _lane_freed(striped: StripedCall | None, request: AcquireRequest) -> None:
+    """A striped grant given back before it became a permit (replicas did not confirm it): its lane is free."""
+    if striped is not None and request.calls.stripe is not None:
+        lane = striped.lane_of(request.calls.stripe)
+        if lane is not None:
+            lane()
 
 
 def _left_to_wait(request: AcquireRequest, deadline: Deadline) -> AcquireRequest:

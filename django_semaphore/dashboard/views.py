@@ -156,6 +156,13 @@ def _decorate(model_admin: DashboardAdmin, row: dict[str, Any]) -> dict[str, Any
         holder["age"] = duration(holder["age_s"])
         holder["lease_left"] = duration(holder["lease_left_s"])
         holder["expiring"] = holder["lease_left_s"] < 1
+        # A striped semaphore's fences are per stripe: (stripe, fence) is what a resource compares.
+        holder["fence_shown"] = (
+            str(holder["fence"]) if holder["stripe"] is None else f"{holder['stripe']}:{holder['fence']}"
+        )
+    for part in row.get("stripes") or []:
+        part["level"] = "paused" if part["limit"] == 0 else _level(part["utilisation"])
+        part["bar_width"] = 100 if part["limit"] == 0 else min(round(part["utilisation"] * 100), 100)
     if row.get("room"):
         since = datetime.fromtimestamp(row["room"]["since_ms"]["abandoned"] / 1000, dt_timezone.utc)
         row["room"]["abandoned_since"] = timezone.localtime(since).strftime("%Y-%m-%d %H:%M:%S")

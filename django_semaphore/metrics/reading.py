@@ -19,7 +19,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..core import scripts, series, vanished
+from ..core import scripts, series, stripe_status, vanished
 from ..core.adaptive import state_float, state_int
 from ..core.conf import declared, key_prefix
 from ..core.connection import get_client
@@ -105,24 +105,52 @@ def read() -> list[SemaphoreReading]:
 
 
 def _statuses(client: Any, sems: list[Semaphore]) -> dict[str, SemaphoreStatus]:
-    """Each whole semaphore's status script, no holders listed, all in one round trip."""
-    replies = scripts.run_pipeline(client, [sem.calls.status(0, False) for sem in sems])
+    """Each whole semaphore's status script (each stripe's, for a striped one), no holders listed, in one round trip.
+
+    A striped semaphore's figures are its stripes' added up: its limit in
+    force, its use and its line are the sums (core/stripe_status.py).
+    """
+    calls = [calls for sem in sems for calls in sem.stripe_calls or (sem.calls,)]
+    replies = iter(scripts.run_pipeline(client, [each.status(0, False) for each in calls]))
     found = {}
-    for sem, reply in zip(sems, replies, strict=True):
-        if isinstance(reply, Exception):
-            raise reply
-        vanished.report_status(sem.name, None, reply)
-        found[sem.name] = SemaphoreStatus.parse(sem.name, None, sem.config.limit, reply, sem.config.adaptive)
+    for sem in sems:
+        parts = []
+        for stripe in range(len(sem.stripe_calls) or 1):
+            reply = next(replies)
+            if isinstance(reply, Exception):
+                raise reply
+            vanished.report_status(sem.name, None, reply)
+            configured = sem.config.stripe_limit(stripe) if sem.stripe_calls else sem.config.limit
+            parts.append(SemaphoreStatus.parse(sem.name, None, configured, reply))
+        found[sem.name] = (
+            parts[0] if len(parts) == 1 else stripe_status.merged(sem.name, sem.config.limit, None, parts, None)
+        )
     return found
 
 
 def _windows(client: Any, sems: list[Semaphore]) -> dict[str, list[Any]]:
+    """Each adaptive semaphore's window fields; a striped one's summed over its stripes, its best the least."""
     if not sems:
         return {}
     pipe = client.pipeline(transaction=False)
     for sem in sems:
-        pipe.hmget(sem.keys.state, WINDOW_FIELDS)
-    return {sem.name: values for sem, values in zip(sems, pipe.execute(), strict=True)}
+        for calls in sem.stripe_calls or (sem.calls,):
+            pipe.hmget(calls.keys.state, WINDOW_FIELDS)
+    replies = iter(pipe.execute())
+    found = {}
+    for sem in sems:
+        rows = [next(replies) for _ in range(len(sem.stripe_calls) or 1)]
+        found[sem.name] = rows[0] if len(rows) == 1 else _summed_windows(rows)
+    return found
+
+
+def _summed_windows(rows: list[list[Any]]) -> list[Any]:
+    """Stripes' windows as one: holds summed and counted together, the best window the least of theirs."""
+    values = [[None if v is None else v.decode() if isinstance(v, bytes) else str(v) for v in row] for row in rows]
+    total = sum(state_int(row[0]) or 0 for row in values)
+    count = sum(state_int(row[1]) or 0 for row in values)
+    bests = [best for best in (state_float(row[2]) for row in values) if best is not None]
+    return [str(total), str(count), None if not bests else repr(min(bests))]
 
 
 def _adaptive(sem: Semaphore, window: list[Any] | None) -> tuple[float | None, float | None]:

@@ -87,6 +87,8 @@ def holder_dict(holder: Holder, now_ms: int, partition: str | None = None, key: 
         "key": key,
         "weight": holder.weight,
         "fence": holder.fence,
+        # A striped semaphore's fences increase per stripe: (stripe, fence) names a grant; None otherwise.
+        "stripe": holder.stripe,
         "acquired_at_ms": holder.acquired_at_ms,
         "age_s": round(max(now_ms - holder.acquired_at_ms, 0) / 1000, 1),
         "lease_deadline_ms": holder.lease_deadline_ms,
@@ -119,6 +121,19 @@ def partition_dict(status: SemaphoreStatus, key: str | None) -> dict[str, Any]:
     }
 
 
+def stripe_dict(stripe: int, status: SemaphoreStatus) -> dict[str, Any]:
+    """One stripe of a striped semaphore: its limit (its share, or an override's), use, line and fence."""
+    return {
+        "stripe": stripe,
+        "limit": status.limit,
+        "used": status.used,
+        "holders": status.holder_count,
+        "waiting": status.waiting,
+        "utilisation": _utilisation(status.used, status.limit),
+        "fence": status.fence,
+    }
+
+
 def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> dict[str, Any]:
     """One semaphore (or one partition of it) in the documented schema."""
     config = sem.config
@@ -135,6 +150,8 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
         "adaptive": None,
         # A waiting room's figures (ops/rooms.py), None for any other semaphore.
         "room": None,
+        # A striped semaphore's stripes (stripe_dict), None for any other.
+        "stripes": None,
     }
     if is_keyed(sem):
         labels = sem.partitions(MAX_PARTITIONS)
@@ -184,6 +201,9 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
             adaptive=asdict(status.adaptive) if status.adaptive else None,
             room=room_figures(sem),
         )
+        if status.stripes:
+            # Each stripe counts its own fences: no one number is the semaphore's (see stripes' own).
+            row.update(fence=None, stripes=[stripe_dict(s, part) for s, part in enumerate(status.stripes)])
     row["oldest_holder_age_s"] = _oldest_age(listed)
     if holders:
         row["holder_list"] = sorted(listed, key=lambda h: h["acquired_at_ms"])

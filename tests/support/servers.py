@@ -21,9 +21,8 @@ import redis.asyncio.cluster
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-from django_semaphore.testing import RedisServer, find_binary, free_port
+from django_semaphore.testing import RedisCluster, RedisServer, find_binary
 
-SLOTS = 16384
 SERVICE = "mymaster"
 
 
@@ -76,69 +75,8 @@ def pointed_at(cluster: ServerCluster, settings: Any, **credentials: str) -> Ite
         sync_client.close()
 
 
-class ServerCluster(_Group):
-    """Three cluster-enabled masters sharing the 16384 slots, no replicas."""
-
-    def __init__(self, masters: int = 3, extra_args: list[str] | None = None) -> None:
-        binary = find_binary()
-        self.nodes: list[RedisServer] = []
-        self.bus_ports: list[int] = []
-        for _ in range(masters):
-            bus = free_port()
-            self.bus_ports.append(bus)
-            self.nodes.append(
-                RedisServer(
-                    binary,
-                    extra_args=[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-port",
-                        str(bus),
-                        "--cluster-node-timeout",
-                        "2000",
-                        *(extra_args or []),
-                    ],
-                )
-            )
-
-    @property
-    def startup_nodes(self) -> list[tuple[str, int]]:
-        return [("127.0.0.1", node.port) for node in self.nodes]
-
-    def start(self) -> ServerCluster:
-        for node in self.nodes:
-            node.start()
-        clients = [redis.Redis(host="127.0.0.1", port=node.port) for node in self.nodes]
-        try:
-            share = SLOTS // len(clients)
-            for index, client in enumerate(clients):
-                last = SLOTS - 1 if index == len(clients) - 1 else (index + 1) * share - 1
-                client.execute_command("CLUSTER ADDSLOTSRANGE", index * share, last)
-            for node, bus in zip(self.nodes[1:], self.bus_ports[1:], strict=False):
-                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port, bus)
-            for client in clients:
-                wait_for(lambda c=client: _cluster_ok(c, len(clients)), what="cluster_state:ok")
-        finally:
-            for client in clients:
-                client.close()
-        return self
-
-    def client(self, **credentials: str) -> redis.cluster.RedisCluster:
-        host, port = self.startup_nodes[0]
-        return redis.cluster.RedisCluster(
-            host=host, port=port, socket_timeout=2, socket_connect_timeout=1, **credentials
-        )
-
-    def close(self) -> None:
-        for node in self.nodes:
-            node.close()
-
-
-def _cluster_ok(client: redis.Redis, nodes: int) -> bool:
-    info = client.cluster("INFO")
-    return info["cluster_state"] == "ok" and int(info["cluster_known_nodes"]) == nodes
+class ServerCluster(RedisCluster):
+    """Three cluster-enabled masters sharing the 16384 slots, no replicas (``django_semaphore.testing``'s)."""
 
 
 class SentinelServer(RedisServer):

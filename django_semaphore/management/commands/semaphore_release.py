@@ -57,11 +57,13 @@ class Command(BaseCommand):
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         released = 0
         for sem in sems:
-            # bytes, or str from a connection set up with decode_responses.
-            for token in cast("list[bytes | str]", client.zrangebyscore(sem.keys.holders, "-inf", now_ms)):
-                text = token.decode() if isinstance(token, bytes) else token
-                self.stdout.write(f"Reclaimed expired {for_terminal(text)} from {describe(sem)}")
-                released += 1
+            # Each stripe of a striped semaphore has holders of its own.
+            for calls in sem.stripe_calls or (sem.calls,):
+                # bytes, or str from a connection set up with decode_responses.
+                for token in cast("list[bytes | str]", client.zrangebyscore(calls.keys.holders, "-inf", now_ms)):
+                    text = token.decode() if isinstance(token, bytes) else token
+                    self.stdout.write(f"Reclaimed expired {for_terminal(text)} from {describe(sem)}")
+                    released += 1
             sem.status(1)
         self.stdout.write(self.style.SUCCESS(f"Reclaimed {released} expired permit(s)."))
 

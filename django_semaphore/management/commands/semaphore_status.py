@@ -47,6 +47,12 @@ def adaptive_line(row: dict[str, Any]) -> str:
     return line + f", moved {ago} ago: {a['reason']}"
 
 
+def stripes_line(row: dict[str, Any]) -> str:
+    """A striped semaphore's stripes: each one's use over its limit, and its line when it has one."""
+    parts = [f"{s['used']}/{s['limit']}" + (f"+{s['waiting']}" if s["waiting"] else "") for s in row["stripes"]]
+    return f"| {row['name']}: {len(parts)} stripes, used/limit(+waiting) each: " + " ".join(parts)
+
+
 def room_line(name: str, room: dict[str, Any]) -> str:
     """One waiting room: who is inside and in line, how fast it moves, and since when each is counted."""
     now = room["now_ms"]
@@ -208,6 +214,8 @@ class Command(BaseCommand):
                 self.stdout.write(for_terminal(adaptive_line(s)))
             if s.get("room"):
                 self.stdout.write(room_line(s["name"], s["room"]))
+            if s.get("stripes"):
+                self.stdout.write(for_terminal(stripes_line(s)))
         if dry:
             self.stdout.write("WOULD REJECT: dry-run only; these requests found no permit and ran anyway.")
         if any(s["keyed"] for s in semaphores):
@@ -232,7 +240,7 @@ class Command(BaseCommand):
                     str(h["weight"]),
                     duration(h["age_s"]),
                     duration(h["lease_left_s"]),
-                    str(h["fence"]),
+                    str(h["fence"]) if h["stripe"] is None else f"{h['stripe']}:{h['fence']}",
                     str(h["host"] or "-"),
                     str(h["pid"] or "-"),
                     str(h["label"] or "-"),

@@ -102,6 +102,9 @@
         if (row.holder_list) {
             rebuild(card.querySelector("[data-holders]"), card.querySelector("[data-holder-template]"), row.holder_list);
         }
+        if (row.stripes) {
+            rebuild(card.querySelector("[data-stripes]"), card.querySelector("[data-stripe-template]"), row.stripes);
+        }
     }
 
     async function refresh() {
