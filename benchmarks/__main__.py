@@ -54,7 +54,7 @@ def benchmarks(
         "web": lambda b: web.run(b, plan.web_seconds, plan.repeats, wrk),
         "async": lambda b: concurrency.run(b, plan.async_seconds, plan.repeats),
         "adaptive": lambda b: adaptive.run(b, plan.adaptive_seconds, svg),
-        "room": lambda b: room.run(b, plan.repeats),
+        "room": lambda b: {**room.run(b, plan.repeats), **room.burst(b)},
         "otel": lambda b: otel.run(b, max(5, plan.repeats + 2)),
         "dashboard": lambda b: dashboard.run(b, plan.repeats),
     }

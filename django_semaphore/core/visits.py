@@ -12,19 +12,24 @@ visitor's token and a reply into an answer.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import connection, signals, vanished
 from .calls import holder_metadata
 from .conf import MAX_LIMIT
+from .errors import BackendUnavailable
 from .permit import Permit
 from .replies import _text
 from .semaphore import Semaphore
 from .tally import tally
 
-# room.lua's reply codes for a visit.
-LET_IN, INSIDE, IN_LINE = 1, 2, 3
+# room.lua's reply codes for a visit; AGAIN (any action): the call purged a batch of lapsed places and
+# decided nothing, more are left: it is sent again.
+LET_IN, INSIDE, IN_LINE, AGAIN = 1, 2, 3, 4
+# The calls one action may take to purge a burst of lapsed places (250 a call: 2.5 million places). Past
+# it, something keeps lapsing places faster than the calls purge them: the room is reported unavailable.
+MAX_ROUNDS = 10_000
 # What the rate of admissions needs before it says anything (eta_seconds is null until then).
 MIN_ADMISSIONS = 2
 # A window shorter than this (a room just opened) is taken as this long: two visitors let in a millisecond
@@ -127,15 +132,36 @@ class RoomReply:
 
 
 def _run(sem: Semaphore, action: str, metadata: bytes = b"") -> RoomReply:
-    reply = RoomReply.parse(connection.run(sem.calls.room(action, metadata), sem.name, sem.partition))
-    vanished.report_reply(sem.name, sem.partition, reply.vanished or None)
-    return reply
+    """One action, in as many calls as purging the room's lapsed places takes (one, unless a burst lapsed).
+
+    Each call does a bounded amount of work, so a hundred thousand places
+    lapsing at once cost the server many short calls, with every other
+    client's commands served between them, and not one long one.
+    """
+    call = sem.calls.room(action, metadata)
+    for _ in range(MAX_ROUNDS):
+        reply = RoomReply.parse(connection.run(call, sem.name, sem.partition))
+        vanished.report_reply(sem.name, sem.partition, reply.vanished or None)
+        if reply.code != AGAIN:
+            return reply
+    raise _unfinished(sem)
 
 
 async def _arun(sem: Semaphore, action: str, metadata: bytes = b"") -> RoomReply:
-    reply = RoomReply.parse(await connection.arun(sem.calls.room(action, metadata), sem.name, sem.partition))
-    vanished.report_reply(sem.name, sem.partition, reply.vanished or None)
-    return reply
+    call = sem.calls.room(action, metadata)
+    for _ in range(MAX_ROUNDS):
+        reply = RoomReply.parse(await connection.arun(call, sem.name, sem.partition))
+        vanished.report_reply(sem.name, sem.partition, reply.vanished or None)
+        if reply.code != AGAIN:
+            return reply
+    raise _unfinished(sem)
+
+
+def _unfinished(sem: Semaphore) -> BackendUnavailable:
+    return BackendUnavailable(
+        f"Waiting room {sem.name!r}: lapsed places still to purge after {MAX_ROUNDS} calls; "
+        "the request follows the room's on_error."
+    )
 
 
 def _room(sem: Semaphore) -> None:
@@ -214,7 +240,13 @@ def let_in(sem: Semaphore, count: int) -> RoomReply:
         raise ValueError(
             f"The number of visitors to let in must be a whole number from 1 to {MAX_LIMIT}, not {count!r}."
         )
-    return _run(sem, f"let_in {count}")
+    reply = _run(sem, f"let_in {count}")
+    total = reply.let_in
+    # A call lets a batch in at most: the next ones go on until `count` are in or the line is empty.
+    while reply.let_in > 0 and total < count and reply.waiting > 0:
+        reply = _run(sem, f"let_in {count - total}")
+        total += reply.let_in
+    return replace(reply, let_in=total)
 
 
 def queue_all(sem: Semaphore, on: bool) -> RoomReply:

@@ -85,6 +85,13 @@ def test_room_reports_the_servers_cost_of_a_poll_at_both_sizes(bench: Bench) -> 
     assert figures["room_poll_server_us_10"] > 0 and figures["room_poll_10k_ratio"] > 0
 
 
+def test_room_times_the_calls_of_a_burst_of_lapsed_places_and_checks_the_positions(bench: Bench) -> None:
+    figures = room.burst(bench, lapsed=1000)
+    assert figures["room_burst_positions"] == [1, 2, 3]
+    assert figures["room_burst_calls"] >= 1000 // 250  # a batch a call
+    assert figures["room_burst_max_call_ms"] > 0 and figures["room_burst_ping_max_ms"] > 0
+
+
 def test_otel_reports_each_states_cpu_and_restores_the_listeners(bench: Bench) -> None:
     from django_semaphore.core.tally import tally
 

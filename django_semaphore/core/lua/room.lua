@@ -22,7 +22,10 @@
 --
 -- Reply: {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, position, window_admitted,
 --         window_from_line, window_ms, queue_all, admitted, abandoned, since_ms, let_in, vanished}
---   code (visit) 1 let in now, 2 already inside (its visit renewed), 3 in line; 0 for the other actions
+--   code (visit) 1 let in now, 2 already inside (its visit renewed), 3 in line; 0 for the other actions;
+--     4 (any action but a visit inside) again: more places lapsed than one call purges (common.lua's PURGE),
+--     this call purged a batch of them and decided nothing else; the caller sends it again (core/visits.py),
+--     so that every call does a bounded amount of work and no position counts an abandoned place
 --   position: the people ahead of the visitor in line + 1, abandoned places purged first; 0 when inside
 --   window_admitted, window_from_line, window_ms: visitors let in over the last 5 minutes (back to the
 --     oldest sample in them), those of them let in from the line (the rate the line moves at, which an
@@ -30,6 +33,7 @@
 --     window's length (0: no sample yet)
 --   queue_all 1 or 0; admitted and abandoned: the state's counters, counted since since_ms
 --   let_in: how many 'let_in' let in; vanished: common.lua's `context` report, '' when none
+local AGAIN = 4
 local SAMPLE_MS = 10000
 local SLOTS = 31
 local WINDOW_MS = 300000
@@ -107,7 +111,20 @@ local function reply(code, fence, deadline, position)
           window_ms, queue_all and 1 or 0, admitted, abandoned, since, let_in, ctx.vanished or ''}
 end
 
+-- Places lapsed beyond this call's batch: purge the batch, decide nothing (queue_all is recorded: asking
+-- again sets it again), and have the caller ask again. A visitor inside is answered at once below.
+local function again()
+  return reply(AGAIN, 0, 0, 0)
+end
+
 if action ~= 'visit' then
+  if line.more then
+    if action == 'queue_all' then
+      queue_all = first == '1'
+      set_state('queue_all', first)
+    end
+    return again()
+  end
   if action == 'let_in' then
     -- The next `wanted` in line, whatever the limit: the line's own protocol, with that much room.
     local limit = ctx.limit
@@ -143,16 +160,31 @@ if held and tonumber(held) > now then
   return reply(2, tonumber(info.fence), deadline, 0)
 end
 
+if line.more then
+  return again()
+end
 local rank = nil
 if line.raw > 0 and not line.dead[token] then
   rank = redis.call('ZRANK', K.queue, token)
 end
--- Its turn (fewer than limit - inside ahead of it: serve_line lets them in, in order, and reaches it), or,
--- new, nobody waits and there is room (unless every new visitor must wait).
+-- Its turn: fewer than (limit - inside) people ahead of it (serve_line lets them in, in order, a batch at
+-- most, and returns true when it reaches the caller; those it did not reach still fit ahead of it). New:
+-- nobody waits and there is room (unless every new visitor must wait).
 local its_turn = serve_line(ctx, line, cfg)
-local fits
+local fits, ahead
 if rank then
-  fits = its_turn
+  -- People ahead: its rank, less those who left the line ahead of it in this call (let in by serve_line,
+  -- which stops at the caller, or abandoned).
+  ahead = rank - ctx.granted
+  if #(line.abandoned or NONE) > 0 then
+    local mine = tonumber(redis.call('ZSCORE', K.queue, token))
+    for _, ticket in ipairs(line.abandoned) do
+      if ticket < mine then
+        ahead = ahead - 1
+      end
+    end
+  end
+  fits = its_turn or ahead < ctx.limit - ctx.used
 else
   fits = not queue_all and line.waiting == 0 and ctx.used < ctx.limit
 end
@@ -173,20 +205,12 @@ if fits then
 end
 
 count(st, 'rejected')
+-- Its position: the people ahead of it who will not be let in first. Those the room already has space for
+-- (a batch is let in per call, and a raised limit may have made room for more) are about to leave the line.
 local position
+local free = math.max(ctx.limit - ctx.used, 0)
 if rank then
-  -- People ahead: its rank, less those who left the line ahead of it in this call (let in by serve_line,
-  -- which stops at the caller, or abandoned).
-  local ahead = rank - ctx.granted
-  if #(line.abandoned or NONE) > 0 then
-    local mine = tonumber(redis.call('ZSCORE', K.queue, token))
-    for _, ticket in ipairs(line.abandoned) do
-      if ticket < mine then
-        ahead = ahead - 1
-      end
-    end
-  end
-  position = ahead + 1
+  position = ahead - free + 1
   add('ZADD', K.alive, 'XX', now + cfg.waiter_ttl, token)
 else
   -- A newcomer, or a visitor who lost its place (abandoned, its visit over): the next ticket, at the back.
@@ -205,7 +229,7 @@ else
   add('HSET', K.qweight, token, '1|' .. lease .. '|' .. int_text(cfg.waiter_ttl * 2) .. '|' .. hold .. '|'
       .. ticket .. '||' .. meta)
   add('ZADD', K.alive, now + cfg.waiter_ttl, token)
-  position = line.waiting + 1
+  position = math.max(line.waiting - free, 0) + 1
   line.waiting = line.waiting + 1
 end
 outlive(now + cfg.waiter_ttl)
