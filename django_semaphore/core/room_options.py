@@ -29,6 +29,10 @@ ROOM_OPTIONS = (
     "bypass_methods",
     "bypass_permission",
     "cookie",
+    "session",
+    "session_renewal",
+    "client_places",
+    "client_tickets_per_minute",
 )
 DEFAULT_REFRESH = 10.0
 # A waiter who asks nothing for this many refresh intervals has left the line.
@@ -39,6 +43,15 @@ DEFAULT_PERMISSION = "django_semaphore.bypass_waiting_room"
 COOKIE_PREFIX = "semaphore_room_"
 # A room's visit lasts this long after the visitor's last response when the entry sets no `lease`.
 DEFAULT_VISIT_LEASE = 300.0
+# The longest a visit lasts from its start (seconds): then the visitor goes through the room again.
+DEFAULT_SESSION = 600.0
+# Places (in line and inside) one client address may hold at once, and new places it may take a minute: an
+# office, a school or a mobile carrier's NAT puts many people behind one address, so these are generous;
+# one script holding hundreds of places is what they stop.
+DEFAULT_CLIENT_PLACES = 50
+DEFAULT_CLIENT_TICKETS_PER_MINUTE = 30
+# A client at its bound has each of its places checked (core/lua/room.lua): the bound bounds that work too.
+MAX_CLIENT_PLACES = 1000
 MAX_SECONDS = 10 * 365 * 86400
 # Statuses whose responses have no body: a queue page must have one.
 BODYLESS = (204, 205, 304)
@@ -60,6 +73,10 @@ class RoomOptions:
     bypass_methods: tuple[str, ...] = ()
     bypass_permission: str | None = DEFAULT_PERMISSION
     cookie: str = ""
+    session: float | None = DEFAULT_SESSION
+    session_renewal: bool = True
+    client_places: int | None = DEFAULT_CLIENT_PLACES
+    client_tickets_per_minute: int | None = DEFAULT_CLIENT_TICKETS_PER_MINUTE
 
     @classmethod
     def from_option(cls, name: str, value: object) -> RoomOptions | None:
@@ -77,12 +94,31 @@ class RoomOptions:
             bypass_methods=tuple(method.upper() for method in _strings(spec.get("bypass_methods"))),
             bypass_permission=spec.get("bypass_permission", DEFAULT_PERMISSION),
             cookie=spec.get("cookie") or COOKIE_PREFIX + name,
+            session=_optional_float(spec.get("session", DEFAULT_SESSION)),
+            session_renewal=bool(spec.get("session_renewal", True)),
+            client_places=spec.get("client_places", DEFAULT_CLIENT_PLACES),
+            client_tickets_per_minute=spec.get("client_tickets_per_minute", DEFAULT_CLIENT_TICKETS_PER_MINUTE),
         )
+
+    def visit_lease(self, lease: float) -> float:
+        """How long a visit lasts after a request (``lease``), or, without renewal, its whole session."""
+        if not self.session_renewal and self.session is not None:
+            return self.session
+        return lease
+
+    def visit_cap(self, max_hold: float | None) -> float | None:
+        """The longest a visit lasts from its start: its session, or the entry's ``max_hold`` if shorter."""
+        caps = [cap for cap in (self.session, max_hold) if cap is not None]
+        return min(caps) if caps else None
 
     @property
     def retry_after(self) -> int:
         """Retry-After of a queue page: the refresh interval, in whole seconds."""
         return max(math.ceil(self.refresh), 1)
+
+
+def _optional_float(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
 
 
 def _strings(value: object) -> tuple[str, ...]:
@@ -151,6 +187,28 @@ def room_problems(name: object, options: Mapping[str, Any]) -> list[str]:
     if cookie is not None and not (isinstance(cookie, str) and COOKIE_NAME.match(cookie)):
         problems.append(
             f"{where}['cookie'] must be a cookie name: letters, digits and !#$%&'*+-.^_`|~ (got {cookie!r})."
+        )
+    problems += _session_problems(where, spec)
+    for option, most in (("client_places", MAX_CLIENT_PLACES), ("client_tickets_per_minute", 1_000_000)):
+        bound = spec.get(option, 1)
+        if bound is not None and (not isinstance(bound, int) or isinstance(bound, bool) or not 1 <= bound <= most):
+            problems.append(
+                f"{where}[{option!r}] must be None (no bound) or a whole number from 1 to {most} (got {bound!r})."
+            )
+    return problems
+
+
+def _session_problems(where: str, spec: Mapping[str, Any]) -> list[str]:
+    session = spec.get("session", DEFAULT_SESSION)
+    problems = []
+    if session is not None and not _seconds(session):
+        problems.append(f"{where}['session'] must be None (no maximum) or a number of seconds > 0 (got {session!r}).")
+    renewal = spec.get("session_renewal", True)
+    if not isinstance(renewal, bool):
+        problems.append(f"{where}['session_renewal'] must be True or False (got {renewal!r}).")
+    elif renewal is False and session is None:
+        problems.append(
+            f"{where}['session_renewal'] is False without a 'session': a visit would last forever. Set a session."
         )
     return problems
 

@@ -25,8 +25,11 @@ from .semaphore import Semaphore
 from .tally import tally
 
 # room.lua's reply codes for a visit; AGAIN (any action): the call purged a batch of lapsed places and
-# decided nothing, more are left: it is sent again.
-LET_IN, INSIDE, IN_LINE, AGAIN = 1, 2, 3, 4
+# decided nothing, more are left: it is sent again. REFUSED: a new place its client address may not take.
+LET_IN, INSIDE, IN_LINE, AGAIN, REFUSED = 1, 2, 3, 4, 5
+# Why a new place was refused (RoomReply.refused): its client holds too many places, or took too many new
+# ones in the last minute.
+PLACES, NEW = "places", "new"
 # The calls one action may take to purge a burst of lapsed places (250 a call: 2.5 million places). Past
 # it, something keeps lapsing places faster than the calls purge them: the room is reported unavailable.
 MAX_ROUNDS = 10_000
@@ -58,6 +61,7 @@ class RoomReply:
     since_ms: int
     let_in: int
     vanished: str
+    refused: str = ""
 
     @classmethod
     def parse(cls, reply: list[Any]) -> RoomReply:
@@ -80,6 +84,7 @@ class RoomReply:
             since_ms=n[14],
             let_in=n[15],
             vanished=_text(reply[16]) if len(reply) > 16 else "",
+            refused=_text(reply[17]) if len(reply) > 17 else "",
         )
 
     @property
@@ -131,14 +136,14 @@ class RoomReply:
         return round(max(ahead, 0) / rate, 1)
 
 
-def _run(sem: Semaphore, action: str, metadata: bytes = b"") -> RoomReply:
+def _run(sem: Semaphore, action: str, metadata: bytes = b"", client: str | None = None) -> RoomReply:
     """One action, in as many calls as purging the room's lapsed places takes (one, unless a burst lapsed).
 
     Each call does a bounded amount of work, so a hundred thousand places
     lapsing at once cost the server many short calls, with every other
     client's commands served between them, and not one long one.
     """
-    call = sem.calls.room(action, metadata)
+    call = sem.calls.room(action, metadata, client)
     for _ in range(MAX_ROUNDS):
         reply = RoomReply.parse(connection.run(call, sem.name, sem.partition))
         vanished.report_reply(sem.name, sem.partition, reply.vanished or None)
@@ -147,8 +152,8 @@ def _run(sem: Semaphore, action: str, metadata: bytes = b"") -> RoomReply:
     raise _unfinished(sem)
 
 
-async def _arun(sem: Semaphore, action: str, metadata: bytes = b"") -> RoomReply:
-    call = sem.calls.room(action, metadata)
+async def _arun(sem: Semaphore, action: str, metadata: bytes = b"", client: str | None = None) -> RoomReply:
+    call = sem.calls.room(action, metadata, client)
     for _ in range(MAX_ROUNDS):
         reply = RoomReply.parse(await connection.arun(call, sem.name, sem.partition))
         vanished.report_reply(sem.name, sem.partition, reply.vanished or None)
@@ -169,34 +174,54 @@ def _room(sem: Semaphore) -> None:
         raise ValueError(f"Semaphore {sem.name!r} has no waiting room (set 'waiting_room' in its SEMAPHORES entry).")
 
 
-def _visit_action(sem: Semaphore, token: str) -> str:
-    config = sem.config
-    hold_ms = 0 if config.max_hold is None else max(int(config.max_hold * 1000), 1)
-    return f"visit {token} {max(int(config.lease * 1000), 1)} {hold_ms}"
+def visit_lease(sem: Semaphore) -> float:
+    """How long a visit of room ``sem`` lasts after a request that renews it (its session, without renewal)."""
+    room = sem.config.room
+    return sem.config.lease if room is None else room.visit_lease(sem.config.lease)
 
 
-def visit(sem: Semaphore, token: str, label: str = "") -> tuple[RoomReply, Permit | None]:
+def _ms(seconds: float | None) -> int:
+    return 0 if seconds is None else max(int(seconds * 1000), 1)
+
+
+def _visit_action(sem: Semaphore, token: str, renew: bool, client: str | None) -> str:
+    room = sem.config.room
+    assert room is not None
+    hold_ms = _ms(room.visit_cap(sem.config.max_hold))
+    places = room.client_places or 0 if client is not None else 0
+    per_minute = room.client_tickets_per_minute or 0 if client is not None else 0
+    return f"visit {token} {_ms(visit_lease(sem))} {hold_ms} {int(renew)} {places} {per_minute}"
+
+
+def visit(
+    sem: Semaphore, token: str, label: str = "", *, renew: bool = True, client: str | None = None
+) -> tuple[RoomReply, Permit | None]:
     """One request of the visitor ``token``: the reply, and the visit's permit when the visitor is inside.
 
     The permit renews the visit (``renew``: ``lease`` from now, the end of a
     response) or ends it (``release``: the next in line is let in).
+    ``renew=False``: a request the room answers itself (the queue page's
+    poll) leaves a visit inside as it is. ``client``: the visitor's client
+    address, hashed, whose places and new places the room's bounds count.
     """
     _room(sem)
     sent = time.monotonic()
     try:
-        reply = _run(sem, _visit_action(sem, token), holder_metadata(label, None))
+        reply = _run(sem, _visit_action(sem, token, renew, client), holder_metadata(label, None), client)
     except BaseException as exc:
         tally.failed(sem.name, sem.config.on_error, exc, sent)
         raise
     return reply, _visited(sem, token, reply, sent)
 
 
-async def avisit(sem: Semaphore, token: str, label: str = "") -> tuple[RoomReply, Permit | None]:
+async def avisit(
+    sem: Semaphore, token: str, label: str = "", *, renew: bool = True, client: str | None = None
+) -> tuple[RoomReply, Permit | None]:
     """``visit`` on the asyncio client."""
     _room(sem)
     sent = time.monotonic()
     try:
-        reply = await _arun(sem, _visit_action(sem, token), holder_metadata(label, None))
+        reply = await _arun(sem, _visit_action(sem, token, renew, client), holder_metadata(label, None), client)
     except BaseException as exc:
         tally.failed(sem.name, sem.config.on_error, exc, sent)
         raise
@@ -221,7 +246,7 @@ def _visited(sem: Semaphore, token: str, reply: RoomReply, sent: float) -> Permi
         token=token,
         fence=reply.fence,
         weight=1,
-        lease=sem.config.lease,
+        lease=visit_lease(sem),
         lease_deadline_ms=reply.lease_deadline_ms,
         expires_at=sent + max(reply.lease_deadline_ms - reply.now_ms, 0) / 1000,
     )

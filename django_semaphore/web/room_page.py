@@ -110,6 +110,38 @@ def queue_answer(request: HttpRequest, name: str, options: RoomOptions, reply: R
     return response
 
 
+REFUSED_TEMPLATE = "django_semaphore/waiting_room_refused.html"
+# A refusal's status: too many requests from one client address.
+REFUSED_STATUS = 429
+
+
+def refused_after(options: RoomOptions, reason: str) -> int:
+    """Seconds until the bound that refused a new place may allow one: a place of the client's lapses within
+    an abandon time; its bucket of new places gains one in a minute / the bound."""
+    if reason == "new" and options.client_tickets_per_minute:
+        return max(math.ceil(60 / options.client_tickets_per_minute), 1)
+    return max(math.ceil(options.abandon), 1)
+
+
+def refusal(request: HttpRequest, options: RoomOptions, reason: str) -> HttpResponse:
+    """The answer to a new place its client address may not take: 429, no place, ask again later.
+
+    JSON: ``{"refused": "places" | "new", "retry_after_seconds": n}``; HTML:
+    the template ``django_semaphore/waiting_room_refused.html``.
+    """
+    retry = refused_after(options, reason)
+    if prefers_json(request):
+        document = {"refused": reason, "retry_after_seconds": retry}
+        response = HttpResponse(json.dumps(document), content_type="application/json", status=REFUSED_STATUS)
+    else:
+        context = {"reason": reason, "retry_after": retry}
+        body = loader.render_to_string(REFUSED_TEMPLATE, context, request)
+        response = HttpResponse(body, status=REFUSED_STATUS)
+    response["Retry-After"] = str(retry)
+    add_never_cache_headers(response)
+    return response
+
+
 def come_in() -> HttpResponse:
     """The answer to the page's poll once its visitor is let in: no content; the page loads itself again."""
     response = HttpResponse(status=204)

@@ -34,11 +34,13 @@ from ..core import visits
 from ..core.errors import BackendUnavailable
 from ..core.failure_policy import agive_back, give_back
 from ..core.permit import Permit
+from ..core.redis_keys import hash_partition
 from ..core.renewal import renewer
 from ..core.room_options import RoomOptions
 from ..core.semaphore import Semaphore, get_semaphore
 from ..core.visits import RoomReply
 from . import room_page, room_tickets
+from .partition_keys import client_ip
 from .response_log import log_answer
 
 if TYPE_CHECKING:
@@ -85,9 +87,11 @@ class Visit:
         return self.poll and self.inside
 
     def answer(self, request: HttpRequest) -> HttpResponseBase:
-        """The room's own answer: the queue page (or its JSON) in line, "come in" to a poll let in."""
+        """The room's own answer: the queue page (or its JSON) in line, "come in" to a poll let in, or a refusal."""
         if self.inside:
             response: HttpResponseBase = room_page.come_in()
+        elif self.reply.refused:
+            response = room_page.refusal(request, self.options, self.reply.refused)
         else:
             response = room_page.queue_answer(request, self.name, self.options, self.reply)
         self.dress(response)
@@ -106,7 +110,11 @@ class Visit:
         room_tickets.give(response, self.secure, self.name, self.options, self.visitor, self.lease)
 
     def close(self) -> None:
-        """The response is over: the visit runs ``lease`` from now, or ends (the next in line is let in)."""
+        """The response is over: the visit runs ``lease`` from now, or ends (the next in line is let in).
+
+        A poll the room answered itself ("come in") leaves the visit as it
+        is: only requests the view answers keep a visit going.
+        """
         permit = self._closing()
         if permit is None:
             return
@@ -136,6 +144,8 @@ class Visit:
             return None
         self._closed = True
         renewer.forget(self.permit)
+        if self.answers and not self.ending:
+            return None
         return None if self.permit.released else self.permit
 
     def forget(self) -> None:
@@ -220,17 +230,35 @@ def _options(sem: Semaphore) -> RoomOptions:
 # -- which visitor, and what the room says ---------------------------------------------------------------
 
 
-def _asked(request: HttpRequest, sem: Semaphore) -> tuple[str, str]:
-    """The request's visitor (its ticket's, or a new one) and the label operators see next to its visit."""
-    visitor = room_tickets.read(request, sem.name, _options(sem)) or room_tickets.new_visitor()
-    return visitor, f"{request.method} {request.path}"[:LABEL_LIMIT]
+@dataclass(frozen=True)
+class _Asked:
+    """What a request asks the room: its visitor (its ticket's, or a new one), the label operators see next to
+    its visit, whether it renews a visit inside (the view answers it), and its client address, hashed."""
+
+    visitor: str
+    label: str
+    renew: bool
+    client: str | None
+
+
+def _asked(request: HttpRequest, sem: Semaphore) -> _Asked:
+    options = _options(sem)
+    visitor = room_tickets.read(request, sem.name, options) or room_tickets.new_visitor()
+    bounded = options.client_places is not None or options.client_tickets_per_minute is not None
+    address = client_ip(request) if bounded else None
+    return _Asked(
+        visitor,
+        f"{request.method} {request.path}"[:LABEL_LIMIT],
+        renew=not room_page.is_poll(request),
+        client=None if address is None else hash_partition(f"ip:{address}"),
+    )
 
 
 def _visit(request: HttpRequest, sem: Semaphore, visitor: str, reply: RoomReply, permit: Permit | None) -> Visit:
     visit = Visit(
         sem.name,
         _options(sem),
-        sem.config.lease,
+        visits.visit_lease(sem),
         visitor,
         reply,
         permit,
@@ -244,15 +272,17 @@ def _visit(request: HttpRequest, sem: Semaphore, visitor: str, reply: RoomReply,
 
 def visit(request: HttpRequest, sem: Semaphore) -> Visit:
     """Run the request's visit of the room ``sem`` (one round trip)."""
-    visitor, label = _asked(request, sem)
-    reply, permit = visits.visit(sem, room_tickets.token(visitor), label)
-    return _visit(request, sem, visitor, reply, permit)
+    asked = _asked(request, sem)
+    token = room_tickets.token(asked.visitor)
+    reply, permit = visits.visit(sem, token, asked.label, renew=asked.renew, client=asked.client)
+    return _visit(request, sem, asked.visitor, reply, permit)
 
 
 async def avisit(request: HttpRequest, sem: Semaphore) -> Visit:
-    visitor, label = _asked(request, sem)
-    reply, permit = await visits.avisit(sem, room_tickets.token(visitor), label)
-    return _visit(request, sem, visitor, reply, permit)
+    asked = _asked(request, sem)
+    token = room_tickets.token(asked.visitor)
+    reply, permit = await visits.avisit(sem, token, asked.label, renew=asked.renew, client=asked.client)
+    return _visit(request, sem, asked.visitor, reply, permit)
 
 
 def dress(response: HttpResponseBase, rooms: Iterable[Visit | None]) -> None:

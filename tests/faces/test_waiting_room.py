@@ -353,13 +353,34 @@ def test_the_checks_refuse_what_a_room_cannot_honour(settings) -> None:
         "values": {"limit": 2, "waiting_room": {"refresh": 0, "abandon": 1, "status": 204, "cookie": "a b"}},
         "short": {"limit": 2, "waiting_room": {"refresh": 5, "abandon": 5, "bypass_methods": ["P0ST"]}},
         "spelled": {"limit": 2, "waiting_room": {"refesh": 5, "bypass_permission": "nodot"}},
+        "sessions": {
+            "limit": 2,
+            "waiting_room": {
+                "session": 0,
+                "session_renewal": "no",
+                "client_places": 5000,
+                "client_tickets_per_minute": 0,
+            },
+        },
+        "forever": {"limit": 2, "waiting_room": {"session": None, "session_renewal": False}},
         "fine": {"limit": 2, "waiting_room": {"refresh": 2, "status": 200, "bypass_paths": "^/health"}},
     }
     messages = [m for m in run_checks() if m.id in ("django_semaphore.E020", "django_semaphore.E018")]
     found = {(m.id, m.msg.split("]")[0].split("'")[1], m.msg) for m in messages}
     names = {(ident, name) for ident, name, _ in found}
     assert ("django_semaphore.E018", "spelled") in names
-    for name in ("keyed", "heavy", "patient", "unfair", "adaptive", "values", "short", "spelled"):
+    for name in (
+        "keyed",
+        "heavy",
+        "patient",
+        "unfair",
+        "adaptive",
+        "values",
+        "short",
+        "spelled",
+        "sessions",
+        "forever",
+    ):
         assert ("django_semaphore.E020", name) in names, name
     assert not any(name == "fine" for _, name in names)
     text = " ".join(msg for _, _, msg in found)
@@ -371,6 +392,11 @@ def test_the_checks_refuse_what_a_room_cannot_honour(settings) -> None:
         "'bypass_methods'",
         "'bypass_permission'",
         "did you mean 'refresh'",
+        "['session'] must be None (no maximum)",
+        "['session_renewal'] must be True or False",
+        "['client_places'] must be None (no bound) or a whole number from 1 to 1000",
+        "['client_tickets_per_minute'] must be None",
+        "without a 'session': a visit would last forever",
     ):
         assert words in text, words
 

@@ -9,12 +9,21 @@
 --         "sampled_at_ms|admitted|walked_in": the state's counters then: visitors let in, and those of them
 --         let in without waiting), and since (ms: when the room first counted); kept for good, like a
 --         whole semaphore's state
+-- KEYS[9] client ZSET   (a visit from a known client address only) the places the visitor's client address
+--         holds: token -> when the place ends (ms: its visit's deadline inside, its abandon time in line); a
+--         place that ended is dropped by the client's next call; the key expires with its last place
+-- KEYS[10] client new STRING  (with KEYS[9]) the client's bucket of new places, "tokens|at_ms": it fills at
+--         <per_minute> a minute up to <per_minute>, and each new place takes one; expires a minute after
 -- ARGV[1] the semaphore's configuration (see common.lua); a room's, or the call is refused
 -- ARGV[2] what to do, with its fields separated by spaces:
---         'visit <token> <lease_ms> <hold_ms>': one request of the visitor <token> (the identity its signed
---           ticket carries): inside, its visit lasts until now + lease_ms (never past admitted + hold_ms;
---           0: no bound); let in, its visit starts; else it keeps (or takes, at the back) a place in line,
---           which it loses when it asks nothing for the abandon time
+--         'visit <token> <lease_ms> <hold_ms> <renew> <places> <per_minute>': one request of the visitor
+--           <token> (the identity its signed ticket carries): inside, its visit lasts until now + lease_ms
+--           (never past admitted + hold_ms: the room's session; 0: no bound) when <renew> is 1 (a request the
+--           view answers), and is left as it is when 0 (a poll the room answers); let in, its visit starts;
+--           else it keeps (or takes, at the back) a place in line, which it loses when it asks nothing for
+--           the abandon time. A new place (the visitor holds none) is refused when its client address
+--           (KEYS[9]) holds <places> already, or took <per_minute> new places in the last minute (0: no
+--           bound; without KEYS[9] there is none)
 --         'figures': the room's figures only (serving the line with whatever ended, as status does)
 --         'let_in <n>': the next n visitors in line are let in, whatever the limit (an operator's choice)
 --         'queue_all <0|1>': 1: every new visitor waits in line, even when there is room; 0: back to normal
@@ -33,12 +42,13 @@
 --     window's length (0: no sample yet)
 --   queue_all 1 or 0; admitted and abandoned: the state's counters, counted since since_ms
 --   let_in: how many 'let_in' let in; vanished: common.lua's `context` report, '' when none
-local AGAIN = 4
+--   refused (code 5, a visit): 'places' or 'new', the client's bound that refused a new place; '' otherwise
+local AGAIN, REFUSED = 4, 5
 local SAMPLE_MS = 10000
 local SLOTS = 31
 local WINDOW_MS = 300000
 local FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak', 'sampled_at',
-                'rejected', 'ticket', 'admitted', 'walked_in', 'abandoned', 'queue_all'}
+                'rejected', 'ticket', 'admitted', 'walked_in', 'abandoned', 'queue_all', 'turned_away'}
 local SAMPLE_FIELDS = {'since'}
 for slot = 0, SLOTS - 1 do
   SAMPLE_FIELDS[slot + 2] = 's' .. slot
@@ -48,12 +58,24 @@ local cfg = read_config(ARGV[1])
 if not cfg.room then
   fail('room needs a waiting room configuration, not ' .. tostring(ARGV[1]))
 end
-local action, first, second, third = string.match(ARGV[2] or '', '^(%S+) ?(%S*) ?(%S*) ?(%S*)$')
-local token, lease, hold, wanted
+local action, rest = string.match(ARGV[2] or '', '^(%S+) ?(.*)$')
+local words = {}
+for word in string.gmatch(rest or '', '%S+') do
+  if #words == 8 then
+    fail('too many fields in the room action ' .. tostring(ARGV[2]))
+  end
+  words[#words + 1] = word
+end
+local first = words[1] or ''
+local token, lease, hold, wanted, renew, places, per_minute
+local client, client_new = KEYS[9], KEYS[10]
 if action == 'visit' then
   token = token_arg(first, 'token')
-  lease = int_arg(second, 'lease', 1, MAX_MS)
-  hold = int_arg(third, 'max hold', 0, MAX_MS)
+  lease = int_arg(words[2] or '', 'lease', 1, MAX_MS)
+  hold = int_arg(words[3] or '', 'max hold', 0, MAX_MS)
+  renew = (words[4] or '1') ~= '0'
+  places = client and int_arg(words[5] or '0', 'places per client', 0, MAX_LIMIT) or 0
+  per_minute = client_new and int_arg(words[6] or '0', 'new places per client a minute', 0, MAX_LIMIT) or 0
 elseif action == 'let_in' then
   wanted = int_arg(first, 'visitors let in', 1, MAX_LIMIT)
 elseif action == 'queue_all' then
@@ -95,10 +117,23 @@ if not since then
 end
 
 local let_in = 0
+local refused = ''
+-- The visitor's place, as its client address's (KEYS[9]) until `ends`: the key outlives every place in it.
+local function client_place(ends)
+  if client then
+    add('ZADD', client, ends, token)
+    add('PEXPIRE', client, math.max(lease, cfg.waiter_ttl) + SAMPLE_MS)
+  end
+end
+
 local function reply(code, fence, deadline, position)
   sample(ctx, cfg, line.waiting)
   settle(ctx)
   commit(st, cfg, now)
+  if client then
+    -- Places that ended go (removals last; every call adds one entry at most, so this stays small).
+    redis.call('ZREMRANGEBYSCORE', client, '-inf', now)
+  end
   local admitted = plan.state.admitted or admitted_before
   local walked = plan.state.walked_in or walked_before
   local window_admitted, window_from_line, window_ms = 0, 0, 0
@@ -108,7 +143,7 @@ local function reply(code, fence, deadline, position)
   end
   local abandoned = plan.state.abandoned or tonumber(st.abandoned) or 0
   return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, position, window_admitted, window_from_line,
-          window_ms, queue_all and 1 or 0, admitted, abandoned, since, let_in, ctx.vanished or ''}
+          window_ms, queue_all and 1 or 0, admitted, abandoned, since, let_in, ctx.vanished or '', refused}
 end
 
 -- Places lapsed beyond this call's batch: purge the batch, decide nothing (queue_all is recorded: asking
@@ -147,14 +182,20 @@ end
 local held = redis.call('ZSCORE', K.holders, token)
 if held and tonumber(held) > now then
   local info = parse_info(redis.call('HGET', K.info, token))
-  local deadline = math.max(now + lease, tonumber(held))
-  if info.hold_until > 0 and deadline > info.hold_until then
-    deadline = info.hold_until
-  end
-  if deadline > tonumber(held) then
-    add('ZADD', K.holders, 'XX', deadline, token)
+  local deadline = tonumber(held)
+  if renew then
+    -- A request the view answers renews the visit; a poll the room answers (204) does not: a visit is kept
+    -- by using the site, not by asking the room.
+    deadline = math.max(now + lease, deadline)
+    if info.hold_until > 0 and deadline > info.hold_until then
+      deadline = info.hold_until
+    end
+    if deadline > tonumber(held) then
+      add('ZADD', K.holders, 'XX', deadline, token)
+    end
   end
   outlive(deadline)
+  client_place(deadline)
   count(st, 'acquired')
   serve_line(ctx, line, cfg)
   return reply(2, tonumber(info.fence), deadline, 0)
@@ -189,11 +230,45 @@ else
   fits = not queue_all and line.waiting == 0 and ctx.used < ctx.limit
 end
 
+-- A new place: within its client's bounds, or refused (counted as turned away: no place, no line).
+if not rank and (places > 0 or per_minute > 0) then
+  if places > 0 and redis.call('ZCOUNT', client, '(' .. now, '+inf') >= places then
+    -- At its bound by the count: check each place (a visit the site ended, or an operator, leaves its entry
+    -- until it would have ended). `places` is at most 1,000 (E020): bounded work, and only at the bound.
+    local held_by_client = 0
+    for _, other in ipairs(redis.call('ZRANGEBYSCORE', client, '(' .. now, '+inf', 'LIMIT', 0, places)) do
+      local inside = tonumber(redis.call('ZSCORE', K.holders, other))
+      if (inside and inside > now) or (other ~= token and redis.call('ZSCORE', K.queue, other)) then
+        held_by_client = held_by_client + 1
+      else
+        drop('ZREM', client, other)
+      end
+    end
+    if held_by_client >= places then
+      refused = 'places'
+    end
+  end
+  if refused == '' and per_minute > 0 then
+    local bucket, at = string.match(redis.call('GET', client_new) or '', '^([%d.]+)|(%d+)$')
+    bucket = math.min(per_minute, (tonumber(bucket) or per_minute) + (now - (tonumber(at) or now)) * per_minute / 60000)
+    if bucket < 1 then
+      refused = 'new'
+    else
+      add('SET', client_new, string.format('%.3f', bucket - 1) .. '|' .. now_text, 'PX', 60000)
+    end
+  end
+  if refused ~= '' then
+    count(st, 'turned_away')
+    return reply(REFUSED, 0, 0, 0)
+  end
+end
+
 if fits then
   if rank then
     leave_line(line, token)
   end
   local fence, deadline = grant(ctx, token, 1, lease, hold, '', meta, '1')
+  client_place(deadline)
   count(st, 'acquired')
   count(st, 'admitted')
   if not rank then
@@ -212,6 +287,7 @@ local free = math.max(ctx.limit - ctx.used, 0)
 if rank then
   position = ahead - free + 1
   add('ZADD', K.alive, 'XX', now + cfg.waiter_ttl, token)
+  client_place(now + cfg.waiter_ttl)
 else
   -- A newcomer, or a visitor who lost its place (abandoned, its visit over): the next ticket, at the back.
   local ticket = (tonumber(field(st, 'ticket')) or 0) + 1
@@ -229,6 +305,7 @@ else
   add('HSET', K.qweight, token, '1|' .. lease .. '|' .. int_text(cfg.waiter_ttl * 2) .. '|' .. hold .. '|'
       .. ticket .. '||' .. meta)
   add('ZADD', K.alive, now + cfg.waiter_ttl, token)
+  client_place(now + cfg.waiter_ttl)
   position = math.max(line.waiting - free, 0) + 1
   line.waiting = line.waiting + 1
 end
