@@ -27,7 +27,9 @@ ROOM_OPTIONS = (
     "template",
     "bypass_paths",
     "bypass_methods",
+    "bypass_unsafe_methods",
     "bypass_permission",
+    "bypass_staff",
     "cookie",
     "session",
     "session_renewal",
@@ -58,6 +60,9 @@ BODYLESS = (204, 205, 304)
 # RFC 6265's cookie-name (an RFC 7230 token).
 COOKIE_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,100}$")
 METHOD = re.compile(r"^[A-Za-z]{1,20}$")
+# Methods whose requests change things (Django's CSRF protection guards them): a room passes them by only
+# when its entry says it knows (bypass_unsafe_methods), since a script then sends them past a full room.
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
 PERMISSION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z0-9_]+$")
 
 
@@ -72,6 +77,7 @@ class RoomOptions:
     bypass_paths: tuple[str, ...] = ()
     bypass_methods: tuple[str, ...] = ()
     bypass_permission: str | None = DEFAULT_PERMISSION
+    bypass_staff: bool = True
     cookie: str = ""
     session: float | None = DEFAULT_SESSION
     session_renewal: bool = True
@@ -93,6 +99,7 @@ class RoomOptions:
             bypass_paths=_strings(spec.get("bypass_paths")),
             bypass_methods=tuple(method.upper() for method in _strings(spec.get("bypass_methods"))),
             bypass_permission=spec.get("bypass_permission", DEFAULT_PERMISSION),
+            bypass_staff=bool(spec.get("bypass_staff", True)),
             cookie=spec.get("cookie") or COOKIE_PREFIX + name,
             session=_optional_float(spec.get("session", DEFAULT_SESSION)),
             session_renewal=bool(spec.get("session_renewal", True)),
@@ -177,7 +184,12 @@ def room_problems(name: object, options: Mapping[str, Any]) -> list[str]:
         not isinstance(methods, (str, list, tuple))
         or not all(isinstance(m, str) and METHOD.match(m) for m in _strings(methods))
     ):
-        problems.append(f"{where}['bypass_methods'] must be a list of HTTP methods such as 'POST' (got {methods!r}).")
+        problems.append(f"{where}['bypass_methods'] must be a list of HTTP methods such as 'HEAD' (got {methods!r}).")
+    else:
+        problems += _unsafe_methods(where, spec)
+    for flag in ("bypass_unsafe_methods", "bypass_staff"):
+        if flag in spec and not isinstance(spec[flag], bool):
+            problems.append(f"{where}[{flag!r}] must be True or False (got {spec[flag]!r}).")
     permission = spec.get("bypass_permission", DEFAULT_PERMISSION)
     if permission is not None and not (isinstance(permission, str) and PERMISSION.match(permission)):
         problems.append(
@@ -196,6 +208,18 @@ def room_problems(name: object, options: Mapping[str, Any]) -> list[str]:
                 f"{where}[{option!r}] must be None (no bound) or a whole number from 1 to {most} (got {bound!r})."
             )
     return problems
+
+
+def _unsafe_methods(where: str, spec: Mapping[str, Any]) -> list[str]:
+    """A bypassed POST (PUT, PATCH, DELETE...) lets a script do a view's work past a full room: said, or refused."""
+    unsafe = [m.upper() for m in _strings(spec.get("bypass_methods")) if m.upper() not in SAFE_METHODS]
+    if not unsafe or spec.get("bypass_unsafe_methods") is True:
+        return []
+    return [
+        f"{where}['bypass_methods'] names {', '.join(unsafe)}: any client (a script with a CSRF token from any "
+        "page) sends such a request past a full room to a view that does its work then. Bypass only "
+        f"{', '.join(SAFE_METHODS)}, or set 'bypass_unsafe_methods': True if that is what you want."
+    ]
 
 
 def _session_problems(where: str, spec: Mapping[str, Any]) -> list[str]:
@@ -239,3 +263,17 @@ def _incompatible(name: object, options: Mapping[str, Any]) -> list[str]:
 def has_room(options: object) -> bool:
     """The entry declares a waiting room (whatever is wrong with it: E020 says)."""
     return isinstance(options, Mapping) and options.get("waiting_room") not in (None, False)
+
+
+def shared_cookies(rooms: Mapping[str, RoomOptions]) -> list[str]:
+    """E022: rooms (name -> options) whose tickets share one cookie name: a visitor moving between them would
+    leave a place behind in each, its ticket being the other room's (no ticket there)."""
+    owners: dict[str, list[str]] = {}
+    for name, options in rooms.items():
+        owners.setdefault(options.cookie, []).append(name)
+    return [
+        f"Waiting rooms {', '.join(repr(n) for n in sorted(names))} share the cookie {cookie!r}: each room's ticket "
+        "replaces the other's, so a visitor going from one to the other leaves a place behind each time."
+        for cookie, names in sorted(owners.items())
+        if len(names) > 1
+    ]

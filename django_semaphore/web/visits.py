@@ -36,7 +36,7 @@ from ..core.failure_policy import agive_back, give_back
 from ..core.permit import Permit
 from ..core.redis_keys import hash_partition
 from ..core.renewal import renewer
-from ..core.room_options import RoomOptions
+from ..core.room_options import SAFE_METHODS, RoomOptions
 from ..core.semaphore import Semaphore, get_semaphore
 from ..core.visits import RoomReply
 from . import room_page, room_tickets
@@ -65,6 +65,8 @@ class Visit:
     secure: bool = False
     # The visit ends with this response (Semaphore-Room: end), or ended already (end_visit).
     ending: bool = False
+    # The request's method is a safe one (GET, HEAD...): it may not end a visit (ends_by_safe_method).
+    safe: bool = False
     _dressed: bool = field(default=False, repr=False)
     _closed: bool = field(default=False, repr=False)
 
@@ -104,7 +106,7 @@ class Visit:
             return
         self._dressed = True
         if response.has_header(room_page.HEADER):
-            if response[room_page.HEADER].strip().lower() == room_page.END:
+            if response[room_page.HEADER].strip().lower() == room_page.END and not refused_by_method(self):
                 self.ending = True
             del response[room_page.HEADER]
         room_tickets.give(response, self.secure, self.name, self.options, self.visitor, self.lease)
@@ -154,7 +156,9 @@ class Visit:
             renewer.forget(self.permit)
 
     def end_now(self) -> bool:
-        """End the visit at once (``end_visit``): True if it was inside."""
+        """End the visit at once (``end_visit``): True if it was inside (never on a safe method)."""
+        if refused_by_method(self):
+            return False
         self.ending = True
         if self.permit is None or self.permit.released:
             return False
@@ -163,12 +167,41 @@ class Visit:
         return True
 
     async def aend_now(self) -> bool:
+        if refused_by_method(self):
+            return False
         self.ending = True
         if self.permit is None or self.permit.released:
             return False
         renewer.forget(self.permit)
         await agive_back(self.permit)
         return True
+
+
+# Rooms whose visit a safe method was refused the end of, in this process: the warning is logged once each.
+_warned: set[str] = set()
+
+
+def refused_by_method(visit: Visit | str, method: str | None = None) -> bool:
+    """A request of a safe method (GET, HEAD...) may not end a visit: True (and one warning) when it tried.
+
+    Such a request may come from another site: a link, a redirect or a
+    top-level navigation carries the ticket (SameSite=Lax), so a page
+    anywhere could end a visitor's visit. A visit ends on a POST, which
+    Django's CSRF protection guards (the guide's examples do so).
+    """
+    name = visit if isinstance(visit, str) else visit.name
+    safe = (method or "GET").upper() in SAFE_METHODS if isinstance(visit, str) else visit.safe
+    if not safe:
+        return False
+    if name not in _warned:
+        _warned.add(name)
+        logger.warning(
+            "A %s request tried to end a visit of waiting room %r: visits end only on POST (or another method "
+            "Django's CSRF protection guards), since any site can make a browser send a GET. Nothing ended.",
+            method or "GET",
+            name,
+        )
+    return True
 
 
 # -- who passes by ----------------------------------------------------------------------------------------
@@ -193,7 +226,8 @@ def _passes_by_request(request: HttpRequest, options: RoomOptions) -> bool:
         return True
     if request.method in options.bypass_methods:
         return True
-    return any(re.match(pattern, request.path_info) for pattern in options.bypass_paths)
+    # Whole paths: "^/shop/health" must not let "/shop/healthz/private" through.
+    return any(re.fullmatch(pattern, request.path_info) for pattern in options.bypass_paths)
 
 
 def _passes_by_user(request: HttpRequest, options: RoomOptions) -> bool:
@@ -201,7 +235,7 @@ def _passes_by_user(request: HttpRequest, options: RoomOptions) -> bool:
     user = getattr(request, "user", None)
     if user is None or not getattr(user, "is_authenticated", False):
         return False
-    if getattr(user, "is_staff", False):
+    if options.bypass_staff and getattr(user, "is_staff", False):
         return True
     return options.bypass_permission is not None and bool(user.has_perm(options.bypass_permission))
 
@@ -264,6 +298,7 @@ def _visit(request: HttpRequest, sem: Semaphore, visitor: str, reply: RoomReply,
         permit,
         poll=room_page.is_poll(request),
         secure=request.is_secure(),
+        safe=(request.method or "GET").upper() in SAFE_METHODS,
     )
     if permit is not None and not visit.answers:
         renewer.track(permit)  # a response longer than the lease keeps the visit alive until it is over

@@ -126,7 +126,7 @@ def test_one_client_address_holds_client_places_at_most_in_line_and_inside(setti
     assert "no-store" in refused["Cache-Control"]
     assert [place.get("/room/", **JSON).status_code for place in script[:3]] == [200, 503, 503]  # kept
     assert json.loads(browser(ALICE).get("/room/", **JSON).content)["position"] == 3  # another address: a place
-    assert script[0].get("/room/done/").status_code == 200  # one of the three ends: a place for the fourth
+    assert script[0].post("/room/done/").status_code == 200  # one of the three ends: a place for the fourth
     assert script[3].get("/room/", **JSON).status_code == 503
     page = browser(ATTACKER).get("/room/")
     assert page.status_code == 429 and b"Too many places from your network" in page.content

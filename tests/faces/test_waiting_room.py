@@ -52,6 +52,13 @@ def inside(client: Client, path: str = "/room/") -> Any:
     return response
 
 
+def ended(client: Client, path: str = "/room/done/") -> Any:
+    """A POST to a view that ends the visit (a GET ends nothing)."""
+    response = client.post(path)
+    assert response.status_code == 200, response.content[:200]
+    return response
+
+
 def waiting(client: Client, **headers: Any) -> dict[str, Any]:
     response = client.get("/room/", **{**JSON, **headers})
     assert response.status_code == 503, response.content[:200]
@@ -175,7 +182,7 @@ def test_the_pages_poll_is_answered_come_in_without_running_the_view() -> None:
     first, second = Client(), Client()
     inside(first)
     assert second.get("/room/", **POLL).status_code == 503
-    inside(first, "/room/done/")
+    ended(first)
     response = second.get("/room/", **POLL)
     assert response.status_code == 204 and response.content == b"" and ticket_of(response).value
     assert "Retry-After" not in response
@@ -186,7 +193,7 @@ def test_a_visit_ends_at_once_by_end_visit_and_the_next_in_line_is_let_in() -> N
     first, second = Client(), Client()
     inside(first)
     waiting(second)
-    assert json.loads(inside(first, "/room/done/").content)["ended"] is True
+    assert json.loads(ended(first).content)["ended"] is True
     assert json.loads(inside(second).content)["inside"] is True
     assert waiting(first)["position"] == 1  # its next request is a new visit: in line
 
@@ -195,7 +202,7 @@ def test_a_visit_ends_by_the_response_header_which_never_leaves() -> None:
     first, second = Client(), Client()
     inside(first)
     waiting(second)
-    response = inside(first, "/room/done-by-header/")
+    response = ended(first, "/room/done-by-header/")
     assert "Semaphore-Room" not in response and ticket_of(response).value
     inside(second)
 
@@ -204,17 +211,17 @@ def test_end_visit_outside_the_room_reads_the_visitors_ticket() -> None:
     first, second = Client(), Client()
     inside(first)
     waiting(second)
-    assert json.loads(second.get("/outside/").content)["ended"] is False  # in line, not inside
-    assert json.loads(first.get("/outside-async/").content)["ended"] is True
+    assert json.loads(second.post("/outside/").content)["ended"] is False  # in line, not inside
+    assert json.loads(first.post("/outside-async/").content)["ended"] is True
     inside(second)
-    assert json.loads(Client().get("/outside/").content)["ended"] is False  # no ticket at all
+    assert json.loads(Client().post("/outside/").content)["ended"] is False  # no ticket at all
 
 
 def test_end_visit_from_an_async_view() -> None:
     first, second = Client(), Client()
     inside(first)
     waiting(second)
-    assert json.loads(inside(first, "/room/done-async/").content) == {"ended": True}
+    assert json.loads(ended(first, "/room/done-async/").content) == {"ended": True}
     inside(second)
 
 
@@ -284,6 +291,47 @@ def test_staff_and_users_with_the_permission_pass_by_uncounted(settings) -> None
     client = Client()
     client.force_login(allowed)
     assert client.get("/room/").status_code == 503  # no permission bypasses this room now; staff still do
+    declare(settings, bypass_staff=False)
+    client = Client()
+    client.force_login(staff)
+    assert client.get("/room/").status_code == 503  # staff wait their turn too now
+    assert COOKIE in client.cookies
+
+
+def test_a_get_never_ends_a_visit_since_any_site_can_make_a_browser_send_one(caplog) -> None:
+    """A link or a redirect from anywhere carries the ticket (SameSite=Lax): a GET ends nothing, and says so."""
+    first, second = Client(), Client()
+    inside(first)
+    waiting(second)
+    with caplog.at_level("WARNING", logger="django_semaphore.requests"):
+        assert json.loads(inside(first, "/room/done/").content)["ended"] is False
+        inside(first, "/room/done-by-header/")
+        assert json.loads(first.get("/outside/").content)["ended"] is False
+        assert json.loads(first.get("/outside-async/").content)["ended"] is False
+    assert waiting(second)["position"] == 1 and json.loads(inside(first).content)["inside"] is True
+    warned = [r.getMessage() for r in caplog.records if "tried to end a visit" in r.getMessage()]
+    assert len(warned) == 1 and "visits end only on POST" in warned[0]  # once per room and process
+    assert json.loads(ended(first).content)["ended"] is True  # a POST does
+
+
+def test_the_checks_refuse_rooms_sharing_a_cookie_and_unsafe_methods_passing_by(settings) -> None:
+    settings.SEMAPHORES = {
+        "shop": {"limit": 2, "waiting_room": {"cookie": "queue"}},
+        "tickets": {"limit": 2, "waiting_room": {"cookie": "queue"}},
+        "own": {"limit": 2, "waiting_room": True},
+        "posts": {"limit": 2, "waiting_room": {"bypass_methods": ["HEAD", "post", "DELETE"]}},
+        "posts_knowingly": {"limit": 2, "waiting_room": {"bypass_methods": ["POST"], "bypass_unsafe_methods": True}},
+        "staff_flag": {"limit": 2, "waiting_room": {"bypass_staff": "no"}},
+    }
+    messages = [m for m in run_checks() if m.id in ("django_semaphore.E020", "django_semaphore.E022")]
+    shared = [m.msg for m in messages if m.id == "django_semaphore.E022"]
+    assert shared == [
+        "Waiting rooms 'shop', 'tickets' share the cookie 'queue': each room's ticket replaces the other's, so a "
+        "visitor going from one to the other leaves a place behind each time."
+    ]
+    refused = " ".join(m.msg for m in messages if m.id == "django_semaphore.E020")
+    assert "['bypass_methods'] names POST, DELETE: any client" in refused and "posts_knowingly" not in refused
+    assert "['bypass_staff'] must be True or False" in refused
 
 
 def test_static_files_and_the_rooms_paths_and_methods_pass_by(settings) -> None:
@@ -294,16 +342,18 @@ def test_static_files_and_the_rooms_paths_and_methods_pass_by(settings) -> None:
         "site": {
             "limit": 1,
             "lease": 30,
-            "waiting_room": {"bypass_paths": [r"^/m/health/"], "bypass_methods": ["POST"]},
+            "waiting_room": {"bypass_paths": [r"^/m/health/"], "bypass_methods": ["OPTIONS"]},
         },
     }
     assert Client().get("/m/page/").status_code == 200
     assert Client().get("/m/page/").status_code == 503
     assert Client().get("/static/django_semaphore/css/waiting_room.css").status_code == 200
     assert Client().get("/m/health/").status_code == 200
-    assert Client().post("/m/page/").status_code == 200
+    assert Client().options("/m/page/").status_code == 200
+    assert Client().get("/m/health/private/").status_code == 503  # a whole path: not "starts with"
+    assert Client().post("/m/page/").status_code == 503  # not bypassed: a POST waits its turn as any
     status = get_semaphore("site").status()
-    assert status.used == 1 and status.waiting == 1
+    assert status.used == 1 and status.waiting == 3
 
 
 def test_the_middleware_keeps_a_visitors_ticket_when_another_semaphore_turns_it_away(settings) -> None:

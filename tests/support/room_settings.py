@@ -35,7 +35,7 @@ def room(**extra: object) -> dict:
 
 SEMAPHORES = {
     "room": room(),
-    # The middleware's room: a health check and POSTs pass by; so do static files, always.
-    "site": room(bypass_paths=[r"^/m/health/"], bypass_methods=["POST"]),
+    # The middleware's room: a health check and OPTIONS requests pass by; so do static files, always.
+    "site": room(bypass_paths=[r"^/m/health/"], bypass_methods=["OPTIONS"]),
 }
 SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "site", "path": r"^/(m|static)/"}]
