@@ -170,8 +170,9 @@ def test_the_server_checks_every_request_so_a_visitor_without_javascript_or_a_sc
 def test_the_page_works_without_javascript_and_updates_in_place_with_it() -> None:
     inside(Client())
     page = Client().get("/room/").content.decode()
-    assert '<noscript><meta http-equiv="refresh" content="2"></noscript>' in page
-    assert page.count("http-equiv") == 1  # no refresh outside <noscript>
+    # A refresh for a browser whose script does not run (off, or not served); the script cancels it.
+    assert '<meta http-equiv="refresh" content="2" data-room="refresh">' in page
+    assert page.count("http-equiv") == 1
     assert 'role="status" aria-live="polite"' in page and 'data-room="position">1<' in page
     assert 'src="/static/django_semaphore/js/waiting_room.js"' in page
     assert "<script>" not in page and " style=" not in page  # nothing inline: a strict CSP holds
@@ -459,3 +460,20 @@ def test_a_room_reports_visitors_as_the_semaphores_use_and_line() -> None:
     assert (status.used, status.waiting) == (1, 2)  # what the metrics read: usage = inside, waiters = in line
     figures = visits.figures(get_semaphore("room"))
     assert (figures.used, figures.waiting, figures.admitted) == (1, 2, 1)
+
+
+def test_the_checks_point_a_room_at_its_static_files(settings) -> None:
+    """W009: no staticfiles, so waiting_room.js is never collected; W010 (--deploy): no STATIC_ROOT to collect to."""
+
+    def warned(deploy: bool = False) -> set[str]:
+        found = run_checks(include_deployment_checks=deploy)
+        return {m.id for m in found if m.id in ("django_semaphore.W009", "django_semaphore.W010")}
+
+    settings.STATIC_ROOT = None
+    assert warned() == set() and warned(deploy=True) == {"django_semaphore.W010"}
+    settings.STATIC_ROOT = "/srv/static"
+    assert warned(deploy=True) == set()
+    settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "django.contrib.staticfiles"]
+    assert warned() == {"django_semaphore.W009"}
+    settings.SEMAPHORES = {"plain": {"limit": 1}}
+    assert warned(deploy=True) == set()  # no room, nothing to say

@@ -4,7 +4,8 @@ Twelve browser contexts (each its own cookie jar, so its own visitor) queue
 at a room of 2; each page, left alone, updates its place in its aria-live
 region without loading again and moves to the guarded page by itself, in the
 order the visitors arrived. A browser without JavaScript gets there too, by
-the page's <noscript> refresh. The queue page's screenshot is
+the page's own refresh (which its script cancels), and so does one whose script
+is not served. The queue page's screenshot is
 docs/waiting-room.png (copied from test-artifacts/waiting-room.png).
 """
 
@@ -128,6 +129,30 @@ def test_without_javascript_the_page_asks_again_by_itself_and_lets_the_visitor_i
         assert "every 1 second" in page.locator("main").inner_text()
         time.sleep(2.5)  # the <noscript> refresh asks again while it waits: the place is kept
         assert room.status().waiting == 1
+        pausing.resume(room)
+        expect(page.locator("h1")).to_have_text(WELCOME, timeout=15000)
+    finally:
+        context.close()
+
+
+def test_a_page_whose_script_is_not_served_still_lets_the_visitor_in(browser: Any, room_site: RoomSite) -> None:
+    """The review's strand: DEBUG = False, static files not served, waiting_room.js a 404. The page asks again
+    by its own refresh (which the script cancels when it runs), so the visitor gets in all the same."""
+    from playwright.sync_api import expect
+
+    base = room_site(limit=1, lease=1.0, refresh=1.0, abandon=4.0)
+    room = get_semaphore("room")
+    pausing.pause(room)
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        missing = []
+        page.route("**/waiting_room.js", lambda route: (missing.append(route.request.url), route.fulfill(status=404)))
+        response = page.goto(base + "/room/welcome/")
+        assert response is not None and response.status == 503
+        expect(page.locator('[data-room="position"]')).to_have_text("1")
+        page.wait_for_timeout(2500)  # the page asked again by itself meanwhile: the place is kept
+        assert len(missing) >= 2 and room.status().waiting == 1
         pausing.resume(room)
         expect(page.locator("h1")).to_have_text(WELCOME, timeout=15000)
     finally:

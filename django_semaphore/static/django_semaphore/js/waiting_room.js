@@ -3,8 +3,9 @@
    into the page's aria-live region and shows or hides its "paused" notice (the answer's
    Semaphore-Room-Paused header), only when they change so a screen reader is not interrupted
    for nothing, and loads the page again when the server says the visitor's turn has come (204).
-   No full-page refresh meanwhile: the <noscript> one is for browsers without JavaScript. A static
-   file, so a strict Content-Security-Policy holds; the texts come from the template (translated). */
+   No full-page refresh meanwhile: the page's own <meta> refresh, which lets a browser in whose
+   script never ran (off, blocked, or not served at all), is cancelled here. A static file, so a
+   strict Content-Security-Policy holds; the texts come from the template (translated). */
 (function () {
     "use strict";
 
@@ -13,6 +14,22 @@
         return;
     }
     const every = Math.max(100, Number(room.dataset.refreshMs) || 10000);
+
+    function cancelTheFallback() {
+        // The page's refresh is for a browser whose script did not run. Removing its element does not
+        // cancel a refresh already scheduled (Chromium); stopping the page's load does, in every engine:
+        // once the page has loaded, so nothing it still loads is cut off.
+        const fallback = document.querySelector('meta[data-room="refresh"]');
+        if (fallback) {
+            fallback.remove();
+        }
+        if (document.readyState === "complete") {
+            window.stop();
+        } else {
+            window.addEventListener("load", () => window.stop());
+        }
+    }
+    cancelTheFallback();
     const field = (name) => room.querySelector('[data-room="' + name + '"]');
     const headers = { Accept: "application/json" };
     headers[room.dataset.pollHeader || "Semaphore-Room"] = room.dataset.pollValue || "poll";
