@@ -34,10 +34,14 @@ class Plan:
     async_seconds: float
     adaptive_seconds: float
     expiry_samples: int
+    # The launch replay (benchmarks/room.py): the idle room's quiet, the busy room's, and the burst.
+    launch_idle: float
+    launch_quiet: float
+    launch_burst: int
 
 
-FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0, 20.0, 100)
-QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5, 8.0, 20)
+FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0, 20.0, 100, 600.0, 240.0, 300)
+QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5, 8.0, 20, 65.0, 30.0, 100)
 
 
 def benchmarks(
@@ -54,7 +58,11 @@ def benchmarks(
         "web": lambda b: web.run(b, plan.web_seconds, plan.repeats, wrk),
         "async": lambda b: concurrency.run(b, plan.async_seconds, plan.repeats),
         "adaptive": lambda b: adaptive.run(b, plan.adaptive_seconds, svg),
-        "room": lambda b: {**room.run(b, plan.repeats), **room.burst(b)},
+        "room": lambda b: {
+            **room.run(b, plan.repeats),
+            **room.burst(b),
+            **room.launch(b, plan.launch_idle, plan.launch_quiet, plan.launch_burst),
+        },
         "otel": lambda b: otel.run(b, max(5, plan.repeats + 2)),
         "dashboard": lambda b: dashboard.run(b, plan.repeats),
     }

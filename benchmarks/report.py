@@ -81,6 +81,20 @@ HEADLINES: list[tuple[str, str, Check | None, str, str]] = [
     ("room_burst_max_call_ms", "waiting room: longest call, 100k places lapsed", lambda v: v <= 10, "<= 10", "{:.2f}"),
     ("room_burst_ping_max_ms", "waiting room: longest PING wait meanwhile", lambda v: v <= 20, "<= 20", "{:.2f}"),
     (
+        "room_launch_eta_ratio",
+        "waiting room launch: ETA shown / real wait, median",
+        lambda v: 0.67 <= v <= 1.5,
+        "0.67-1.5",
+        "{:.2f}",
+    ),
+    (
+        "room_launch_first_eta_ratio",
+        "waiting room launch: first ETA / real wait, median",
+        lambda v: 0.5 <= v <= 2,
+        "0.5-2",
+        "{:.2f}",
+    ),
+    (
         "room_burst_positions",
         "waiting room: positions after the burst",
         lambda v: v == [1, 2, 3],

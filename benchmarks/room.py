@@ -183,3 +183,126 @@ def _cpu(client: redis.Redis) -> float:
     """The server's CPU seconds so far (user and system)."""
     info = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+# The launch replay (``launch``): a burst into a room idle for a while (after a warm-up whose visits give the
+# room a visit length), and a burst into a room that was busy until some minutes before. Visitors poll the
+# JSON every REFRESH seconds as the queue page does, stay inside a visit of VISIT_S (uniform) and end it.
+LAUNCH_LIMIT = 20
+REFRESH = 1.0
+VISIT_S = (3.0, 9.0)
+BURST_SIZE = 300
+BURST_SPREAD_S = 3.0
+
+
+class _Launch:
+    """One room's replay: its visitors' events on one clock (the harness's), their answers on the server's."""
+
+    def __init__(self, name: str, arrivals: list[float]) -> None:
+        import random
+
+        self.name = name
+        self.arrivals = arrivals
+        self.random = random.Random(name)
+        self.answers: dict[int, list[tuple[int, float | None]]] = {}  # visitor -> (server ms, eta shown)
+        self.got_in: dict[int, int] = {}  # visitor -> server ms of its first "inside" answer
+
+
+def _replay(launches: list[_Launch]) -> None:
+    """Run every launch's visitors together: polls every REFRESH until inside, a visit, its end."""
+    import heapq
+
+    from django_semaphore import get_semaphore
+    from django_semaphore.core import visits
+
+    start = time.monotonic()
+    events: list[tuple[float, int, int, str, int]] = []
+    order = 0
+    for index, launch in enumerate(launches):
+        for visitor, at in enumerate(launch.arrivals):
+            events.append((at, order, index, "poll", visitor))
+            order += 1
+    heapq.heapify(events)
+    sems = [get_semaphore(launch.name) for launch in launches]
+    while events:
+        at, _, index, kind, visitor = heapq.heappop(events)
+        delay = at - (time.monotonic() - start)
+        if delay > 0:
+            time.sleep(delay)
+        launch, sem, token = launches[index], sems[index], f"{launches[index].name}-{visitor}"
+        if kind == "end":
+            visits.end(sem, token)
+            continue
+        reply, _ = visits.visit(sem, token, renew=True)
+        if reply.inside:
+            launch.got_in.setdefault(visitor, reply.now_ms)
+            order += 1
+            heapq.heappush(events, (at + launch.random.uniform(*VISIT_S), order, index, "end", visitor))
+        else:
+            launch.answers.setdefault(visitor, []).append(
+                (reply.now_ms, reply.eta_seconds(reply.position - 1, REFRESH))
+            )
+            order += 1
+            heapq.heappush(events, (at + REFRESH, order, index, "poll", visitor))
+
+
+def _ratios(launch: _Launch, only_first: bool) -> tuple[list[float], int]:
+    """ETA shown / real remaining wait for each answer (or each visitor's first); and how many said unknown."""
+    ratios, unknown = [], 0
+    for visitor, answers in launch.answers.items():
+        got_in = launch.got_in.get(visitor)
+        if got_in is None:
+            continue
+        for shown_at, eta in answers[:1] if only_first else answers:
+            remaining = (got_in - shown_at) / 1000
+            if eta is None:
+                unknown += 1
+            elif remaining > 0:
+                ratios.append(eta / remaining)
+    return ratios, unknown
+
+
+def launch(bench: Bench, idle: float = 600.0, quiet: float = 240.0, burst: int = BURST_SIZE) -> dict[str, Any]:
+    """Replay two launches at once: the median ETA-shown / real-remaining ratios, over all answers and first ones.
+
+    "idle": a warm-up of 2 x the limit (so visits end and the room knows a
+    visit's length), ``idle`` seconds of nothing, then ``burst`` visitors
+    in BURST_SPREAD_S. "busy": a line for a minute, arrivals stop
+    ``quiet`` seconds before the same burst. Targets: 0.67-1.5 over every
+    answer, 0.5-2 for each visitor's first answer.
+    """
+    import random
+
+    from django.test import override_settings
+
+    spec = {"limit": LAUNCH_LIMIT, "lease": 600, "waiting_room": {"refresh": REFRESH, "abandon": 10 * REFRESH}}
+    rng = random.Random(31)
+    warm_up = 10.0
+    burst_at = warm_up + idle
+    busy_from = max(burst_at - quiet - 60.0, 0.0)
+    burst_times = sorted(burst_at + rng.uniform(0, BURST_SPREAD_S) for _ in range(burst))
+    idle_room = _Launch("launch-idle", sorted(rng.uniform(0, warm_up) for _ in range(2 * LAUNCH_LIMIT)) + burst_times)
+    busy_arrivals = [busy_from + i * 60.0 / (6 * LAUNCH_LIMIT) for i in range(6 * LAUNCH_LIMIT)]
+    busy_room = _Launch("launch-busy", busy_arrivals + burst_times)
+    with override_settings(SEMAPHORES={"launch-idle": spec, "launch-busy": spec}):
+        _replay([idle_room, busy_room])
+    figures: dict[str, Any] = {"room_launch_idle_s": idle, "room_launch_quiet_s": quiet, "room_launch_burst": burst}
+    every: list[float] = []
+    first: list[float] = []
+    for launch_room, label in ((idle_room, "idle"), (busy_room, "busy")):
+        # Only the burst's visitors: the warm-up and the busy minute are the history, not the launch.
+        history = len(launch_room.arrivals) - burst
+        launch_room.answers = {v: a for v, a in launch_room.answers.items() if v >= history}
+        all_ratios, all_unknown = _ratios(launch_room, only_first=False)
+        first_ratios, first_unknown = _ratios(launch_room, only_first=True)
+        every += all_ratios
+        first += first_ratios
+        figures[f"room_launch_{label}_eta_ratio"] = statistics.median(all_ratios) if all_ratios else None
+        figures[f"room_launch_{label}_first_eta_ratio"] = statistics.median(first_ratios) if first_ratios else None
+        figures[f"room_launch_{label}_answers"] = len(all_ratios) + all_unknown
+        figures[f"room_launch_{label}_unknown"] = all_unknown
+        figures[f"room_launch_{label}_first_unknown"] = first_unknown
+        figures[f"room_launch_{label}_let_in"] = sum(1 for v in launch_room.got_in if v >= history)
+    figures["room_launch_eta_ratio"] = statistics.median(every) if every else None
+    figures["room_launch_first_eta_ratio"] = statistics.median(first) if first else None
+    return figures

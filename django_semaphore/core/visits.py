@@ -33,11 +33,15 @@ PLACES, NEW = "places", "new"
 # The calls one action may take to purge a burst of lapsed places (250 a call: 2.5 million places). Past
 # it, something keeps lapsing places faster than the calls purge them: the room is reported unavailable.
 MAX_ROUNDS = 10_000
-# What the rate of admissions needs before it says anything (eta_seconds is null until then).
+# What the measured rate of admissions needs before it says anything on its own (without a visit length to
+# fall back on, eta_seconds is null until then).
 MIN_ADMISSIONS = 2
 # A window shorter than this (a room just opened) is taken as this long: two visitors let in a millisecond
 # apart are no rate of a thousand a second.
 MIN_WINDOW_MS = 1000
+# The rate the visit length predicts (the limit every average visit) counts as this many admissions beside
+# the measured ones: it speaks for a line that has just formed, and the line's own pace soon outweighs it.
+PRIOR_ADMISSIONS = 3
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,9 @@ class RoomReply:
     let_in: int
     vanished: str
     refused: str = ""
+    visit_ms: int = 0
+    full_since_ms: int = 0
+    pace_ms: int = 0
 
     @classmethod
     def parse(cls, reply: list[Any]) -> RoomReply:
@@ -85,6 +92,9 @@ class RoomReply:
             let_in=n[15],
             vanished=_text(reply[16]) if len(reply) > 16 else "",
             refused=_text(reply[17]) if len(reply) > 17 else "",
+            visit_ms=int(reply[18]) if len(reply) > 18 else 0,
+            full_since_ms=int(reply[19]) if len(reply) > 19 else 0,
+            pace_ms=int(reply[20]) if len(reply) > 20 else 0,
         )
 
     @property
@@ -98,42 +108,62 @@ class RoomReply:
 
     @property
     def window_seconds(self) -> float:
-        """The length of the window the rates are measured on (at most 5 minutes; at least one second)."""
+        """The length of the window the rates are measured on (the last minute, or since the room's latest
+        change of pace; at least one second)."""
         return max(self.window_ms, MIN_WINDOW_MS) / 1000
 
     @property
     def per_minute(self) -> float:
-        """Visitors let in per minute over the window, from the line or straight in."""
-        return round(self.window_admitted * 60 / self.window_seconds, 2) if self.window_ms > 0 else 0.0
+        """Visitors let in from the line per minute: the rate the estimated waits divide by; 0 while unknown."""
+        rate = self.per_second
+        return 0.0 if rate is None else round(rate * 60, 2)
+
+    @property
+    def expected_per_second(self) -> float | None:
+        """The rate the visits predict: the limit's worth of visitors every average visit; None before one ended."""
+        if self.visit_ms <= 0 or self.limit <= 0:
+            return None
+        return self.limit * 1000 / self.visit_ms
 
     @property
     def per_second(self) -> float | None:
-        """Visitors let in from the line per second over the window; None until 2 were.
+        """Visitors let in from the line per second: measured over the window, weighed with what the visits
+        predict; None while neither says anything.
 
-        Visitors who walked into a room with space say nothing of how fast
-        the line moves: counted in, they would make an opening burst promise
-        the first in line a wait of seconds.
+        The window is the last minute, or since the room's latest change of
+        pace (its limit changed, or its line first moved since it formed): a
+        launch's first seconds are not averaged with the quiet before it, nor
+        with the wait for the first visit inside to end. Until the line has
+        moved for a while, the visit length speaks (``PRIOR_ADMISSIONS``
+        admissions' worth); with no visit ended yet, two admissions from the
+        line are needed. Visitors who walked into a room with space say nothing of
+        how fast the line moves.
         """
-        if self.window_from_line < MIN_ADMISSIONS or self.window_ms <= 0:
-            return None
-        return self.window_from_line / self.window_seconds
+        expected = self.expected_per_second
+        if expected is None:
+            if self.window_from_line < MIN_ADMISSIONS or self.window_ms <= 0:
+                return None
+            return self.window_from_line / self.window_seconds
+        return (self.window_from_line + PRIOR_ADMISSIONS) / (self.window_ms / 1000 + PRIOR_ADMISSIONS / expected)
 
     @property
     def window_start_ms(self) -> int:
         """Where the admission rate's window starts (the server's clock, ms)."""
         return self.now_ms - self.window_ms
 
-    def eta_seconds(self, ahead: int) -> float | None:
-        """The wait of someone with ``ahead`` people ahead: ahead / admissions per second.
+    def eta_seconds(self, ahead: int, refresh: float = 0.0) -> float | None:
+        """The wait of someone with ``ahead`` people ahead: (ahead + 1) / admissions per second, and half a
+        ``refresh`` (the visitor hears of its turn at its next poll).
 
-        None while the rate is unknown, and while the room is paused (limit
-        0): nobody is let in until an operator resumes it, whatever the
-        rate was.
+        Its own turn is one more admission: the first in line waits for the
+        next place to free, not for nothing. None while the rate is unknown,
+        and while the room is paused (limit 0): nobody is let in until an
+        operator resumes it, whatever the rate was.
         """
         rate = self.per_second
         if rate is None or self.paused:
             return None
-        return round(max(ahead, 0) / rate, 1)
+        return round((max(ahead, 0) + 1) / rate + refresh / 2, 1)
 
 
 def _run(sem: Semaphore, action: str, metadata: bytes = b"", client: str | None = None) -> RoomReply:

@@ -3,10 +3,10 @@
 ``semaphore_status`` (its ``--json`` under each room's ``room`` key), the
 dashboard and ``semaphore_room`` show and act through these. Every figure
 says since when it counts (``since_ms``, the server's clock): visitors
-inside and in line are counted now; the admission rate, and the estimated
-wait of the last in line that divides by it, over the last 5 minutes (or
-since the room first counted, if that is later); abandoned places since the
-room first counted. Pausing a room is the semaphore's own pause
+inside and in line are counted now; the admission rate (the one estimated
+waits divide by), and the estimated wait of the last in line, over the last
+minute or since the room's latest change of pace, if that is later;
+abandoned places since the room first counted. Pausing a room is the semaphore's own pause
 (``ops/pausing.py``: a limit of 0).
 """
 
@@ -33,7 +33,7 @@ def room_dict(reply: RoomReply, sem: Semaphore) -> dict[str, Any]:
         "inside": reply.used,
         "waiting": reply.waiting,
         "admitted_per_minute": reply.per_minute,
-        "eta_last_seconds": reply.eta_seconds(last_ahead) if reply.waiting else None,
+        "eta_last_seconds": reply.eta_seconds(last_ahead, room.refresh) if reply.waiting else None,
         "abandoned": reply.abandoned,
         "since_ms": {
             "inside": reply.now_ms,

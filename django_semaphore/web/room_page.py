@@ -75,7 +75,7 @@ def status_document(reply: RoomReply, options: RoomOptions) -> dict[str, Any]:
     """The JSON a client waiting its turn reads: these four keys, always."""
     return {
         "position": reply.position,
-        "eta_seconds": reply.eta_seconds(reply.position - 1),
+        "eta_seconds": reply.eta_seconds(reply.position - 1, options.refresh),
         "refresh_seconds": options.refresh,
         "updated_at": updated_at(reply).isoformat(timespec="seconds"),
     }

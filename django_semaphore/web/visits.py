@@ -81,7 +81,7 @@ class Visit:
 
     @property
     def eta_seconds(self) -> float | None:
-        return None if self.inside else self.reply.eta_seconds(self.position - 1)
+        return None if self.inside else self.reply.eta_seconds(self.position - 1, self.options.refresh)
 
     @property
     def answers(self) -> bool:

@@ -13,7 +13,7 @@ from benchmarks import settings as bench_settings
 from benchmarks.__main__ import Plan, run
 from benchmarks.runtime import Bench, fresh_redis
 
-TINY = Plan(0.05, 1, 2, 0.3, 1, 3, 0.05, 0.5, 0.1, 1.0, 2)
+TINY = Plan(0.05, 1, 2, 0.3, 1, 3, 0.05, 0.5, 0.1, 1.0, 2, 1.0, 1.0, 10)
 
 
 @pytest.fixture
@@ -100,3 +100,9 @@ def test_otel_reports_each_states_cpu_and_restores_the_listeners(bench: Bench) -
     assert set(figures["otel_cpu_us"]) == {"bare", "counted", "otel_api", "otel_sdk"}
     assert all(value > 0 for value in figures["otel_direct_us"].values())
     assert tally.listeners == before and otel.lines(figures)
+
+
+def test_room_replays_a_launch_and_reports_the_eta_ratios(bench: Bench) -> None:
+    figures = room.launch(bench, idle=2.0, quiet=2.0, burst=30)
+    assert figures["room_launch_idle_let_in"] == figures["room_launch_busy_let_in"] == 30
+    assert figures["room_launch_eta_ratio"] > 0 and figures["room_launch_first_eta_ratio"] > 0

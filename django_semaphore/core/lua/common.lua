@@ -461,10 +461,12 @@ local function read_holders(now)
   h.expired = tokens
   local infos
   h.freed, infos = weights_of(tokens)
+  h.held_ms = 0  -- a room's visits that ended: how long they held their places, summed (room.lua's visit length)
   for i, info in ipairs(infos) do
     if info.hold_until > 0 and deadlines[i] >= info.hold_until then
       h.capped = h.capped + 1
     end
+    h.held_ms = h.held_ms + math.max(deadlines[i] - info.acquired, 0)
   end
   local next_live = redis.call('ZRANGEBYSCORE', K.holders, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   h.earliest = tonumber(next_live[2])
@@ -491,6 +493,13 @@ local function reclaim(st, h)
   end
   if h.capped > 0 then
     count(st, 'max_hold', h.capped)
+  end
+  if CFG and CFG.room then
+    -- A room's visits that lapsed held their places until their deadline: their length joins the moving
+    -- average a release keeps (hold_avg), the visit length an estimated wait falls back on (room.lua).
+    local held = h.held_ms / #h.expired
+    local avg = tonumber(plan.state.hold_avg or st.hold_avg) or held
+    set_state('hold_avg', math.floor(avg + (held - avg) * math.min(#h.expired, 8) / 8))
   end
 end
 

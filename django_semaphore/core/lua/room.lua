@@ -5,10 +5,12 @@
 -- (limit - inside) visitors are ahead of it. Position is a rank in the line (ZRANK), never a scan.
 --
 -- KEYS[1..7] the semaphore (see common.lua)
--- KEYS[8] room HASH  admission samples, one per SAMPLE_MS at most in SLOTS slots (s0..s30 =
+-- KEYS[8] room HASH  admission samples, one per SAMPLE_MS at most in SLOTS slots (s0..s12 =
 --         "sampled_at_ms|admitted|walked_in": the state's counters then: visitors let in, and those of them
---         let in without waiting), and since (ms: when the room first counted); kept for good, like a
---         whole semaphore's state
+--         let in without waiting), since (ms: when the room first counted), pace (ms: the room's latest change
+--         of pace, when its line formed or its limit changed) with p (the counters then, as a sample) and
+--         pace_limit (the limit then), and full_since (ms: when the line last went from empty to not; 0
+--         while empty); kept for good, like a whole semaphore's state
 -- KEYS[9] client ZSET   (a visit from a known client address only) the places the visitor's client address
 --         holds: token -> when the place ends (ms: its visit's deadline inside, its abandon time in line); a
 --         place that ended is dropped by the client's next call; the key expires with its last place
@@ -36,22 +38,28 @@
 --     this call purged a batch of them and decided nothing else; the caller sends it again (core/visits.py),
 --     so that every call does a bounded amount of work and no position counts an abandoned place
 --   position: the people ahead of the visitor in line + 1, abandoned places purged first; 0 when inside
---   window_admitted, window_from_line, window_ms: visitors let in over the last 5 minutes (back to the
---     oldest sample in them), those of them let in from the line (the rate the line moves at, which an
---     estimated wait divides by: visitors who walked into a room with space say nothing of it), and the
---     window's length (0: no sample yet)
+--   window_admitted, window_from_line, window_ms: visitors let in over the last minute, or since the room's
+--     latest change of pace if later (back to the oldest sample in that time), those of them let in from the
+--     line (the rate the line moves at, which an estimated wait divides by: visitors who walked into a room
+--     with space say nothing of it), and the window's length (0: no sample yet)
 --   queue_all 1 or 0; admitted and abandoned: the state's counters, counted since since_ms
 --   let_in: how many 'let_in' let in; vanished: common.lua's `context` report, '' when none
 --   refused (code 5, a visit): 'places' or 'new', the client's bound that refused a new place; '' otherwise
+--   visit_ms: the average visit's length (ms: a moving average of the visits that ended, released or lapsed;
+--     0 before any), which an estimate falls back on: the limit's worth of visitors every visit_ms
+--   full_since: when the line last formed (ms; 0 while nobody waits); pace: the room's latest change of pace
 local AGAIN, REFUSED = 4, 5
-local SAMPLE_MS = 10000
-local SLOTS = 31
-local WINDOW_MS = 300000
+-- The admission rate is measured over the last WINDOW_MS, or since the room's latest change of pace if later:
+-- a launch's first minute is not averaged with the quiet before it (the review: 4-10x too long a wait).
+local SAMPLE_MS = 5000
+local SLOTS = 13
+local WINDOW_MS = 60000
 local FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak', 'sampled_at',
                 'rejected', 'ticket', 'admitted', 'walked_in', 'abandoned', 'queue_all', 'turned_away'}
-local SAMPLE_FIELDS = {'since'}
+local SAMPLE_FIELDS = {'since', 'pace', 'p', 'pace_limit', 'full_since', 'moved'}
+local FIRST_SLOT = #SAMPLE_FIELDS + 1
 for slot = 0, SLOTS - 1 do
-  SAMPLE_FIELDS[slot + 2] = 's' .. slot
+  SAMPLE_FIELDS[slot + FIRST_SLOT] = 's' .. slot
 end
 
 local cfg = read_config(ARGV[1])
@@ -96,20 +104,44 @@ local queue_all = st.queue_all == '1'
 local samples = redis.call('HMGET', KEYS[8], unpack(SAMPLE_FIELDS))
 local admitted_before = tonumber(st.admitted) or 0
 local walked_before = tonumber(st.walked_in) or 0
+local counters_now = now_text .. '|' .. int_text(admitted_before) .. '|' .. int_text(walked_before)
+local pace = tonumber(samples[2]) or 0
+local full_since = tonumber(samples[5]) or 0
+local moved = samples[6] or '1'
+if moved == '0' then
+  -- The line formed at the pace sample: has it moved since (a visit ended elsewhere, in release.lua)? Then
+  -- its pace is measured from now, the admissions before excluded.
+  local formed_admitted, formed_walked = string.match(samples[3] or '', '^%d+|(%d+)|(%d+)$')
+  if admitted_before - walked_before > (tonumber(formed_admitted) or 0) - (tonumber(formed_walked) or 0) then
+    moved, pace = '1', now
+    add('HSET', KEYS[8], 'pace', now_text, 'moved', '1', 'p', counters_now)
+  end
+end
+if tostring(ctx.limit) ~= (samples[4] or '') then
+  -- A new limit (set, paused, resumed): a new pace, measured from now.
+  pace = now
+  add('HSET', KEYS[8], 'pace', now_text, 'p', counters_now, 'pace_limit', ctx.limit)
+end
+local window_start = math.max(now - WINDOW_MS, pace)
 local oldest_at, oldest_admitted, oldest_walked
-for i = 2, #SAMPLE_FIELDS do
-  local at, admitted, walked = string.match(samples[i] or '', '^(%d+)|(%d+)|(%d+)$')
-  at = tonumber(at)
-  if at and at > now - WINDOW_MS and at <= now and (not oldest_at or at < oldest_at) then
-    oldest_at, oldest_admitted, oldest_walked = at, tonumber(admitted), tonumber(walked)
+for i = 3, #SAMPLE_FIELDS do
+  if i == 3 or i >= FIRST_SLOT then
+    local at, admitted, walked = string.match(samples[i] or '', '^(%d+)|(%d+)|(%d+)$')
+    at = tonumber(at)
+    if i == 3 and pace == now then
+      at, admitted, walked = now, admitted_before, walked_before
+    end
+    if at and at >= window_start and at <= now and (not oldest_at or at < oldest_at) then
+      oldest_at, oldest_admitted, oldest_walked = at, tonumber(admitted), tonumber(walked)
+    end
   end
 end
 local bucket = math.floor(now / SAMPLE_MS)
-local current = tonumber(string.match(samples[bucket % SLOTS + 2] or '', '^(%d+)|'))
+local current = tonumber(string.match(samples[bucket % SLOTS + FIRST_SLOT] or '', '^(%d+)|'))
 if not current or current < bucket * SAMPLE_MS or current > now then
-  add('HSET', KEYS[8], 's' .. (bucket % SLOTS), now_text .. '|' .. int_text(admitted_before) .. '|'
-      .. int_text(walked_before))
+  add('HSET', KEYS[8], 's' .. (bucket % SLOTS), counters_now)
 end
+local waiting_before = line.waiting
 local since = tonumber(samples[1])
 if not since then
   since = now
@@ -127,6 +159,22 @@ local function client_place(ends)
 end
 
 local function reply(code, fence, deadline, position)
+  local admitted = plan.state.admitted or admitted_before
+  local walked = plan.state.walked_in or walked_before
+  if waiting_before == 0 and line.waiting > 0 and code ~= AGAIN then
+    -- The line forms: the room is full from now, and its pace starts anew when the line first moves (what
+    -- came before says nothing of how fast a line that was not there moves; the wait for the first visit
+    -- inside to end says nothing of how fast the line will move once it does).
+    full_since, pace, moved = now, now, '0'
+    add('HSET', KEYS[8], 'full_since', now_text, 'pace', now_text, 'moved', '0', 'p',
+        now_text .. '|' .. int_text(admitted) .. '|' .. int_text(walked))
+  elseif moved == '0' and admitted - admitted_before > walked - walked_before then
+    -- The line's first move since it formed: its pace is measured from here, this admission excluded.
+    pace, moved = now, '1'
+    add('HSET', KEYS[8], 'pace', now_text, 'moved', '1', 'p', now_text .. '|' .. int_text(admitted) .. '|'
+        .. int_text(walked))
+    oldest_at, oldest_admitted, oldest_walked = now, admitted, walked
+  end
   sample(ctx, cfg, line.waiting)
   settle(ctx)
   commit(st, cfg, now)
@@ -134,16 +182,16 @@ local function reply(code, fence, deadline, position)
     -- Places that ended go (removals last; every call adds one entry at most, so this stays small).
     redis.call('ZREMRANGEBYSCORE', client, '-inf', now)
   end
-  local admitted = plan.state.admitted or admitted_before
-  local walked = plan.state.walked_in or walked_before
   local window_admitted, window_from_line, window_ms = 0, 0, 0
-  if oldest_at and admitted >= oldest_admitted and walked >= oldest_walked then
+  if moved ~= '0' and oldest_at and admitted >= oldest_admitted and walked >= oldest_walked then
     window_admitted, window_ms = admitted - oldest_admitted, now - oldest_at
     window_from_line = math.max(window_admitted - (walked - oldest_walked), 0)
   end
   local abandoned = plan.state.abandoned or tonumber(st.abandoned) or 0
+  local visit_ms = tonumber(plan.state.hold_avg or st.hold_avg) or 0
   return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, position, window_admitted, window_from_line,
-          window_ms, queue_all and 1 or 0, admitted, abandoned, since, let_in, ctx.vanished or '', refused}
+          window_ms, queue_all and 1 or 0, admitted, abandoned, since, let_in, ctx.vanished or '', refused,
+          math.floor(visit_ms), line.waiting > 0 and full_since or 0, pace}
 end
 
 -- Places lapsed beyond this call's batch: purge the batch, decide nothing (queue_all is recorded: asking
