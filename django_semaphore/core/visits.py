@@ -44,6 +44,14 @@ MIN_WINDOW_MS = 1000
 PRIOR_ADMISSIONS = 3
 
 
+def bucket_seconds(bucket: int) -> float:
+    """The middle of room.lua's time bucket (seconds): [2^((i-1)/2), 2^(i/2)) s, under 1 s for 0.
+
+    A percentile read from these is right within a factor of 2^(1/4) (19%).
+    """
+    return 0.5 if bucket == 0 else round(2 ** ((bucket - 0.5) / 2), 1)
+
+
 @dataclass(frozen=True)
 class RoomReply:
     """What room.lua answered: one visit's outcome and the room's figures as the server saw them."""
@@ -69,6 +77,11 @@ class RoomReply:
     visit_ms: int = 0
     full_since_ms: int = 0
     pace_ms: int = 0
+    # The operators' figures (every action but a visit): visitors turned away, and how many waited in line
+    # and stayed inside how long, by room.lua's buckets (bucket_seconds).
+    turned_away: int = 0
+    time_in_line: tuple[int, ...] = ()
+    time_inside: tuple[int, ...] = ()
 
     @classmethod
     def parse(cls, reply: list[Any]) -> RoomReply:
@@ -95,7 +108,23 @@ class RoomReply:
             visit_ms=int(reply[18]) if len(reply) > 18 else 0,
             full_since_ms=int(reply[19]) if len(reply) > 19 else 0,
             pace_ms=int(reply[20]) if len(reply) > 20 else 0,
+            turned_away=int(reply[21]) if len(reply) > 21 else 0,
+            time_in_line=tuple(int(n) for n in reply[22::2]),
+            time_inside=tuple(int(n) for n in reply[23::2]),
         )
+
+    def time_percentile(self, counts: tuple[int, ...], fraction: float) -> float | None:
+        """The ``fraction`` percentile of ``time_in_line`` or ``time_inside`` (seconds), None before any."""
+        total = sum(counts)
+        if total == 0:
+            return None
+        rank = fraction * total
+        seen = 0
+        for bucket, count in enumerate(counts):
+            seen += count
+            if seen >= rank:
+                return bucket_seconds(bucket)
+        return bucket_seconds(len(counts) - 1)
 
     @property
     def inside(self) -> bool:
@@ -259,9 +288,16 @@ async def avisit(
 
 
 def _visited(sem: Semaphore, token: str, reply: RoomReply, sent: float) -> Permit | None:
-    """Count and signal the request's outcome (one attempt each: acquired inside, rejected in line); its permit."""
-    tally.ended(sem.name, reply.inside, False, False, sent)
+    """Count and signal the request's outcome: acquired inside, rejected when its new place was refused; its permit.
+
+    A visitor in line asking again is no refusal: its polls are not
+    counted as attempts (the room's own figures count people).
+    """
+    if reply.inside or reply.refused:
+        tally.ended(sem.name, reply.inside, False, False, sent)
     common: dict[str, Any] = {"name": sem.name, "partition": None}
+    if not reply.inside and not reply.refused:
+        return None
     if not reply.inside:
         retry = sem.config.room.retry_after if sem.config.room else 1
         signals.emit(

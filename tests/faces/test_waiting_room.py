@@ -260,14 +260,20 @@ def test_raise_exception_does_not_apply_to_a_room_whose_visitor_would_lose_its_t
     assert response.status_code == 503 and ticket_of(response).value
 
 
-def test_each_request_is_one_outcome_acquired_inside_full_in_line() -> None:
-    first = Client()
+def test_each_request_is_one_outcome_acquired_inside_full_in_line_and_polls_are_no_rejections(settings) -> None:
+    """The review: 1,705 "rejections" on the dashboard stood for 0 people turned away; they were polls."""
+    first, second = Client(), Client()
     inside(first)
     inside(first)
-    waiting(Client())
-    assert outcomes.counts()["room"] == {"acquired": 2, "full": 1}
+    for _ in range(3):
+        waiting(second)  # one visitor in line, asking again
+    assert outcomes.counts()["room"] == {"acquired": 2, "full": 3}  # the request path's own outcomes
     counters = get_semaphore("room").status().counters
-    assert counters["acquired"] == 2 and counters["rejected"] == 1
+    assert counters["acquired"] == 2 and counters["rejected"] == 0  # what the dashboard and metrics count
+    declare(settings, client_places=2)
+    Client().get("/room/", **JSON)  # the same address's third place: a real refusal
+    counters = get_semaphore("room").status().counters
+    assert counters["rejected"] == 1 and visits.figures(get_semaphore("room")).turned_away == 1
 
 
 @pytest.mark.django_db

@@ -332,6 +332,16 @@ local function count(st, name, by)
   plan.state[name] = current + (by or 1)
 end
 
+-- A waiting room's times, for its operators' percentiles (room.lua's figures): how long a visitor waited in
+-- line ('wl'), how long a visit lasted ('vi'), each counted in the state hash under <prefix><bucket>, bucket i
+-- for [2^(i/2), 2^((i+1)/2)) seconds (under 1 s in 0; ROOM_BUCKETS of them, the last open-ended).
+local ROOM_BUCKETS = 40
+local function room_time(st, prefix, ms)
+  local seconds = ms / 1000
+  local bucket = seconds < 1 and 0 or math.floor(2 * math.log(seconds) / math.log(2)) + 1
+  count(st, prefix .. math.min(bucket, ROOM_BUCKETS - 1))
+end
+
 -- Whether the wake list `key` holds the note `text`. A wake list holds a few notes at most (LPOS would
 -- do, but needs Redis 6.0.6).
 local function has_note(key, text)
@@ -462,6 +472,7 @@ local function read_holders(now)
   local infos
   h.freed, infos = weights_of(tokens)
   h.held_ms = 0  -- a room's visits that ended: how long they held their places, summed (room.lua's visit length)
+  h.infos, h.deadlines = infos, deadlines
   for i, info in ipairs(infos) do
     if info.hold_until > 0 and deadlines[i] >= info.hold_until then
       h.capped = h.capped + 1
@@ -497,6 +508,9 @@ local function reclaim(st, h)
   if CFG and CFG.room then
     -- A room's visits that lapsed held their places until their deadline: their length joins the moving
     -- average a release keeps (hold_avg), the visit length an estimated wait falls back on (room.lua).
+    for i, info in ipairs(h.infos) do
+      room_time(st, 'vi', math.max(h.deadlines[i] - info.acquired, 0))
+    end
     local held = h.held_ms / #h.expired
     local avg = tonumber(plan.state.hold_avg or st.hold_avg) or held
     set_state('hold_avg', math.floor(avg + (held - avg) * math.min(#h.expired, 8) / 8))
@@ -757,9 +771,10 @@ local function serve_line(ctx, line, cfg)
       -- the visit before its next poll); its next request renews the visit (room.lua). No note: a
       -- browser waits on no wake list.
       local until_abandoned = (tonumber(redis.call('ZSCORE', K.alive, head.token)) or ctx.now) - ctx.now
-      grant(ctx, head.token, 1, math.max(until_abandoned, 1), r.hold, r.nonce, r.meta, '1')
+      grant(ctx, head.token, 1, math.max(until_abandoned, 1), r.hold, '', r.meta, '1')
       leave_line(line, head.token)
       count(ctx.st, 'admitted')
+      room_time(ctx.st, 'wl', ctx.now - (tonumber(r.nonce) or ctx.now))  -- a room's request keeps its join time
     else
       local fence, deadline = grant(ctx, head.token, r.weight, math.min(r.lease, waiter_ttl(r, cfg)), r.hold, r.nonce,
                                     r.meta, r.weight_text)

@@ -189,9 +189,23 @@ local function reply(code, fence, deadline, position)
   end
   local abandoned = plan.state.abandoned or tonumber(st.abandoned) or 0
   local visit_ms = tonumber(plan.state.hold_avg or st.hold_avg) or 0
-  return {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, position, window_admitted, window_from_line,
-          window_ms, queue_all and 1 or 0, admitted, abandoned, since, let_in, ctx.vanished or '', refused,
-          math.floor(visit_ms), line.waiting > 0 and full_since or 0, pace}
+  local answer = {code, fence, deadline, ctx.used, ctx.limit, line.waiting, now, position, window_admitted,
+                  window_from_line, window_ms, queue_all and 1 or 0, admitted, abandoned, since, let_in,
+                  ctx.vanished or '', refused, math.floor(visit_ms), line.waiting > 0 and full_since or 0, pace}
+  if action ~= 'visit' then
+    -- The operators' figures: visitors turned away, and the times in line and inside, bucket by bucket.
+    answer[#answer + 1] = plan.state.turned_away or tonumber(field(st, 'turned_away')) or 0
+    local names = {}
+    for i = 0, ROOM_BUCKETS - 1 do
+      names[#names + 1] = 'wl' .. i
+      names[#names + 1] = 'vi' .. i
+    end
+    local counts = redis.call('HMGET', K.state, unpack(names))
+    for i, name in ipairs(names) do
+      answer[#answer + 1] = plan.state[name] or tonumber(counts[i]) or 0
+    end
+  end
+  return answer
 end
 
 -- Places lapsed beyond this call's batch: purge the batch, decide nothing (queue_all is recorded: asking
@@ -306,13 +320,17 @@ if not rank and (places > 0 or per_minute > 0) then
     end
   end
   if refused ~= '' then
+    -- A real refusal (no place, no line), unlike a poll of a visitor in line, which is not counted as one.
     count(st, 'turned_away')
+    count(st, 'rejected')
     return reply(REFUSED, 0, 0, 0)
   end
 end
 
 if fits then
   if rank then
+    local request = parse_waiter(redis.call('HGET', K.qweight, token))
+    room_time(st, 'wl', now - (request and tonumber(request.nonce) or now))
     leave_line(line, token)
   end
   local fence, deadline = grant(ctx, token, 1, lease, hold, '', meta, '1')
@@ -327,7 +345,6 @@ if fits then
   return reply(1, fence, deadline, 0)
 end
 
-count(st, 'rejected')
 -- Its position: the people ahead of it who will not be let in first. Those the room already has space for
 -- (a batch is let in per call, and a raised limit may have made room for more) are about to leave the line.
 local position
@@ -350,8 +367,9 @@ else
   keep(K.alive, token)
   keep(K.qweight, token)
   add('ZADD', K.queue, ticket, token)
+  -- Its request, as any waiter's, with its join time where a waiter's nonce goes (the time it waits in line).
   add('HSET', K.qweight, token, '1|' .. lease .. '|' .. int_text(cfg.waiter_ttl * 2) .. '|' .. hold .. '|'
-      .. ticket .. '||' .. meta)
+      .. ticket .. '|' .. now_text .. '|' .. meta)
   add('ZADD', K.alive, now + cfg.waiter_ttl, token)
   client_place(now + cfg.waiter_ttl)
   position = math.max(line.waiting - free, 0) + 1
