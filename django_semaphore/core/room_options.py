@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 # Every key of a waiting_room dict (reference/settings.md); any other is E018.
@@ -35,6 +36,10 @@ ROOM_OPTIONS = (
     "session_renewal",
     "client_places",
     "client_tickets_per_minute",
+    "prequeue",
+    "opens",
+    "queueing",
+    "new_users_per_minute",
 )
 DEFAULT_REFRESH = 10.0
 # A waiter who asks nothing for this many refresh intervals has left the line.
@@ -54,6 +59,8 @@ DEFAULT_CLIENT_PLACES = 50
 DEFAULT_CLIENT_TICKETS_PER_MINUTE = 30
 # A client at its bound has each of its places checked (core/lua/room.lua): the bound bounds that work too.
 MAX_CLIENT_PLACES = 1000
+# Queueing methods: first come, first served; or in a random order (an early arrival gains nothing).
+QUEUEING = ("fifo", "random")
 MAX_SECONDS = 10 * 365 * 86400
 # Statuses whose responses have no body: a queue page must have one.
 BODYLESS = (204, 205, 304)
@@ -83,6 +90,12 @@ class RoomOptions:
     session_renewal: bool = True
     client_places: int | None = DEFAULT_CLIENT_PLACES
     client_tickets_per_minute: int | None = DEFAULT_CLIENT_TICKETS_PER_MINUTE
+    # The launch mode: the pre-queue opens at `prequeue` and the room at `opens` (epoch ms; 0: none); who came
+    # before the opening is shuffled (a place by a keyed hash of its ticket). `queueing`: "fifo" or "random".
+    prequeue_ms: int = 0
+    opens_ms: int = 0
+    queueing: str = "fifo"
+    new_users_per_minute: int | None = None
 
     @classmethod
     def from_option(cls, name: str, value: object) -> RoomOptions | None:
@@ -105,6 +118,10 @@ class RoomOptions:
             session_renewal=bool(spec.get("session_renewal", True)),
             client_places=spec.get("client_places", DEFAULT_CLIENT_PLACES),
             client_tickets_per_minute=spec.get("client_tickets_per_minute", DEFAULT_CLIENT_TICKETS_PER_MINUTE),
+            prequeue_ms=_epoch_ms(spec.get("prequeue")),
+            opens_ms=_epoch_ms(spec.get("opens")),
+            queueing=spec.get("queueing", "fifo"),
+            new_users_per_minute=spec.get("new_users_per_minute"),
         )
 
     def visit_lease(self, lease: float) -> float:
@@ -122,6 +139,55 @@ class RoomOptions:
     def retry_after(self) -> int:
         """Retry-After of a queue page: the refresh interval, in whole seconds."""
         return max(math.ceil(self.refresh), 1)
+
+
+def _epoch_ms(value: object) -> int:
+    """A moment of the launch mode, as the server's clock counts (ms since the epoch): an aware datetime, an ISO
+    8601 text with its offset, or seconds since the epoch; 0 for None."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return int(float(value) * 1000)  # type: ignore[arg-type]
+
+
+def _moment_problem(where: str, option: str, value: object) -> str | None:
+    if value is None:
+        return None
+    try:
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        if isinstance(value, datetime):
+            return (
+                None if value.tzinfo is not None else f"{where}[{option!r}] must carry its time zone (got {value!r})."
+            )
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+            return None
+    except ValueError:
+        pass
+    return (
+        f"{where}[{option!r}] must be an aware datetime, an ISO 8601 text with its offset or epoch seconds "
+        f"(got {value!r})."
+    )
+
+
+def _launch_problems(where: str, spec: Mapping[str, Any]) -> list[str]:
+    problems = [p for p in (_moment_problem(where, o, spec.get(o)) for o in ("prequeue", "opens")) if p]
+    if not problems and spec.get("prequeue") is not None:
+        if spec.get("opens") is None:
+            problems.append(f"{where}['prequeue'] needs 'opens': the pre-queue waits for an opening.")
+        elif _epoch_ms(spec["prequeue"]) >= _epoch_ms(spec["opens"]):
+            problems.append(f"{where}['prequeue'] must come before 'opens'.")
+    if spec.get("queueing", "fifo") not in QUEUEING:
+        problems.append(f"{where}['queueing'] must be one of {', '.join(QUEUEING)} (got {spec.get('queueing')!r}).")
+    rate = spec.get("new_users_per_minute")
+    if rate is not None and (not isinstance(rate, int) or isinstance(rate, bool) or not 1 <= rate <= 1_000_000):
+        problems.append(
+            f"{where}['new_users_per_minute'] must be None or a whole number from 1 to 1000000 (got {rate!r})."
+        )
+    return problems
 
 
 def _optional_float(value: object) -> float | None:
@@ -201,6 +267,7 @@ def room_problems(name: object, options: Mapping[str, Any]) -> list[str]:
             f"{where}['cookie'] must be a cookie name: letters, digits and !#$%&'*+-.^_`|~ (got {cookie!r})."
         )
     problems += _session_problems(where, spec)
+    problems += _launch_problems(where, spec)
     for option, most in (("client_places", MAX_CLIENT_PLACES), ("client_tickets_per_minute", 1_000_000)):
         bound = spec.get(option, 1)
         if bound is not None and (not isinstance(bound, int) or isinstance(bound, bool) or not 1 <= bound <= most):

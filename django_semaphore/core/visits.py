@@ -26,7 +26,7 @@ from .tally import tally
 
 # room.lua's reply codes for a visit; AGAIN (any action): the call purged a batch of lapsed places and
 # decided nothing, more are left: it is sent again. REFUSED: a new place its client address may not take.
-LET_IN, INSIDE, IN_LINE, AGAIN, REFUSED = 1, 2, 3, 4, 5
+LET_IN, INSIDE, IN_LINE, AGAIN, REFUSED, NOT_YET = 1, 2, 3, 4, 5, 6
 # Why a new place was refused (RoomReply.refused): its client holds too many places, or took too many new
 # ones in the last minute.
 PLACES, NEW = "places", "new"
@@ -243,17 +243,18 @@ def _ms(seconds: float | None) -> int:
     return 0 if seconds is None else max(int(seconds * 1000), 1)
 
 
-def _visit_action(sem: Semaphore, token: str, renew: bool, client: str | None) -> str:
+def _visit_action(sem: Semaphore, token: str, renew: bool, client: str | None, shuffled: int) -> str:
     room = sem.config.room
     assert room is not None
     hold_ms = _ms(room.visit_cap(sem.config.max_hold))
     places = room.client_places or 0 if client is not None else 0
     per_minute = room.client_tickets_per_minute or 0 if client is not None else 0
-    return f"visit {token} {_ms(visit_lease(sem))} {hold_ms} {int(renew)} {places} {per_minute}"
+    launch = f"{shuffled} {room.prequeue_ms} {int(room.queueing == 'random')}"
+    return f"visit {token} {_ms(visit_lease(sem))} {hold_ms} {int(renew)} {places} {per_minute} {launch}"
 
 
 def visit(
-    sem: Semaphore, token: str, label: str = "", *, renew: bool = True, client: str | None = None
+    sem: Semaphore, token: str, label: str = "", *, renew: bool = True, client: str | None = None, shuffled: int = 0
 ) -> tuple[RoomReply, Permit | None]:
     """One request of the visitor ``token``: the reply, and the visit's permit when the visitor is inside.
 
@@ -262,11 +263,14 @@ def visit(
     ``renew=False``: a request the room answers itself (the queue page's
     poll) leaves a visit inside as it is. ``client``: the visitor's client
     address, hashed, whose places and new places the room's bounds count.
+    ``shuffled``: the place (1 to 2^40) a keyed hash of the visitor's
+    ticket gives it before a launch's opening, or in a random-order room.
     """
     _room(sem)
     sent = time.monotonic()
     try:
-        reply = _run(sem, _visit_action(sem, token, renew, client), holder_metadata(label, None), client)
+        action = _visit_action(sem, token, renew, client, shuffled)
+        reply = _run(sem, action, holder_metadata(label, None), client)
     except BaseException as exc:
         tally.failed(sem.name, sem.config.on_error, exc, sent)
         raise
@@ -274,13 +278,14 @@ def visit(
 
 
 async def avisit(
-    sem: Semaphore, token: str, label: str = "", *, renew: bool = True, client: str | None = None
+    sem: Semaphore, token: str, label: str = "", *, renew: bool = True, client: str | None = None, shuffled: int = 0
 ) -> tuple[RoomReply, Permit | None]:
     """``visit`` on the asyncio client."""
     _room(sem)
     sent = time.monotonic()
     try:
-        reply = await _arun(sem, _visit_action(sem, token, renew, client), holder_metadata(label, None), client)
+        action = _visit_action(sem, token, renew, client, shuffled)
+        reply = await _arun(sem, action, holder_metadata(label, None), client)
     except BaseException as exc:
         tally.failed(sem.name, sem.config.on_error, exc, sent)
         raise

@@ -71,14 +71,45 @@ def updated_at(reply: RoomReply) -> datetime:
     return datetime.fromtimestamp(reply.now_ms / 1000, dt_timezone.utc)
 
 
+def pre_queued(reply: RoomReply, options: RoomOptions) -> bool:
+    """The launch's pre-queue: before its opening, places are shuffled at the opening, so none is shown."""
+    return bool(options.opens_ms) and reply.now_ms < options.opens_ms
+
+
+def _moment(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, dt_timezone.utc).isoformat(timespec="seconds")
+
+
 def status_document(reply: RoomReply, options: RoomOptions) -> dict[str, Any]:
-    """The JSON a client waiting its turn reads: these four keys, always."""
-    return {
-        "position": reply.position,
-        "eta_seconds": reply.eta_seconds(reply.position - 1, options.refresh),
+    """The JSON a client waiting its turn reads: these four keys, and ``opens_at`` in a launch's room.
+
+    In the pre-queue (before the opening) ``position`` and ``eta_seconds``
+    are null: every pre-queued visitor's place is drawn at the opening.
+    """
+    early = pre_queued(reply, options)
+    document: dict[str, Any] = {
+        "position": None if early else reply.position,
+        "eta_seconds": None if early else reply.eta_seconds(reply.position - 1, options.refresh),
         "refresh_seconds": options.refresh,
         "updated_at": updated_at(reply).isoformat(timespec="seconds"),
     }
+    if options.opens_ms:
+        document["opens_at"] = _moment(options.opens_ms)
+    return document
+
+
+def not_yet(request: HttpRequest, options: RoomOptions, reply: RoomReply) -> HttpResponse:
+    """Before a launch's pre-queue: no place yet; 503 with Retry-After until it opens."""
+    retry = max(math.ceil((options.prequeue_ms - reply.now_ms) / 1000), 1)
+    document = {"prequeue_at": _moment(options.prequeue_ms), "opens_at": _moment(options.opens_ms)}
+    if prefers_json(request):
+        response = HttpResponse(json.dumps(document), content_type="application/json", status=503)
+    else:
+        body = loader.render_to_string(NOT_YET_TEMPLATE, document, request)
+        response = HttpResponse(body, status=503)
+    response["Retry-After"] = str(retry)
+    add_never_cache_headers(response)
+    return response
 
 
 def queue_answer(request: HttpRequest, name: str, options: RoomOptions, reply: RoomReply) -> HttpResponse:
@@ -89,7 +120,7 @@ def queue_answer(request: HttpRequest, name: str, options: RoomOptions, reply: R
     else:
         context = {
             "room": name,
-            "position": reply.position,
+            "position": document["position"] if document["position"] is not None else "-",
             "ahead": max(reply.position - 1, 0),
             "eta_seconds": document["eta_seconds"],
             "eta": eta_text(document["eta_seconds"]),
@@ -111,6 +142,7 @@ def queue_answer(request: HttpRequest, name: str, options: RoomOptions, reply: R
 
 
 REFUSED_TEMPLATE = "django_semaphore/waiting_room_refused.html"
+NOT_YET_TEMPLATE = "django_semaphore/waiting_room_not_yet.html"
 # A refusal's status: too many requests from one client address.
 REFUSED_STATUS = 429
 

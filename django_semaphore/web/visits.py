@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
+from django.utils.crypto import salted_hmac
 
 from ..core import visits
 from ..core.errors import BackendUnavailable
@@ -94,6 +95,8 @@ class Visit:
             response: HttpResponseBase = room_page.come_in()
         elif self.reply.refused:
             response = room_page.refusal(request, self.options, self.reply.refused)
+        elif self.reply.code == visits.NOT_YET:
+            response = room_page.not_yet(request, self.options, self.reply)
         else:
             response = room_page.queue_answer(request, self.name, self.options, self.reply)
         self.dress(response)
@@ -273,6 +276,7 @@ class _Asked:
     label: str
     renew: bool
     client: str | None
+    shuffled: int = 0
 
 
 def _asked(request: HttpRequest, sem: Semaphore) -> _Asked:
@@ -285,7 +289,18 @@ def _asked(request: HttpRequest, sem: Semaphore) -> _Asked:
         f"{request.method} {request.path}"[:LABEL_LIMIT],
         renew=not room_page.is_poll(request),
         client=None if address is None else hash_partition(f"ip:{address}"),
+        shuffled=shuffled_place(sem.name, options, visitor),
     )
+
+
+def shuffled_place(name: str, options: RoomOptions, visitor: str) -> int:
+    """The place (1 to 2^40) a launch's pre-queue, or a random-order room, gives the visitor: a keyed hash of its
+    ticket's id, with the site's SECRET_KEY and the room's opening. Nobody without the key can tell which tickets
+    land ahead, so the fastest script wins nothing; a visitor keeps its place request after request. 0 without."""
+    if not options.opens_ms and options.queueing != "random":
+        return 0
+    digest = salted_hmac(f"django_semaphore.room_shuffle:{name}:{options.opens_ms}", visitor).digest()
+    return int.from_bytes(digest[:5], "big") + 1
 
 
 def _visit(request: HttpRequest, sem: Semaphore, visitor: str, reply: RoomReply, permit: Permit | None) -> Visit:
@@ -309,14 +324,18 @@ def visit(request: HttpRequest, sem: Semaphore) -> Visit:
     """Run the request's visit of the room ``sem`` (one round trip)."""
     asked = _asked(request, sem)
     token = room_tickets.token(asked.visitor)
-    reply, permit = visits.visit(sem, token, asked.label, renew=asked.renew, client=asked.client)
+    reply, permit = visits.visit(
+        sem, token, asked.label, renew=asked.renew, client=asked.client, shuffled=asked.shuffled
+    )
     return _visit(request, sem, asked.visitor, reply, permit)
 
 
 async def avisit(request: HttpRequest, sem: Semaphore) -> Visit:
     asked = _asked(request, sem)
     token = room_tickets.token(asked.visitor)
-    reply, permit = await visits.avisit(sem, token, asked.label, renew=asked.renew, client=asked.client)
+    reply, permit = await visits.avisit(
+        sem, token, asked.label, renew=asked.renew, client=asked.client, shuffled=asked.shuffled
+    )
     return _visit(request, sem, asked.visitor, reply, permit)
 
 

@@ -128,10 +128,14 @@ local function read_config(raw)
   if not limit then
     fail('bad configuration argument ' .. tostring(raw))
   end
+  -- A room's launch mode (room.lua): " room <opens_ms> <new_per_minute>", both 0 for none.
+  local opens, new_per_minute = string.match(rest, '^ room (%d+) (%d+)$')
+  local room = rest == ' room' or opens ~= nil
   cfg = {limit = int_arg(limit, 'limit', 0, MAX_LIMIT), waiter_ttl = int_arg(ttl, 'waiter ttl', 1, MAX_MS),
          every = tonumber(every), keep = int_arg(keep, 'samples kept', 1, 100000),
          idle = int_arg(idle, 'idle expiry', 1, MAX_MS), fair = fair == '1', whole = whole == '1',
-         adaptive = rest ~= ' room' and read_adaptive(rest) or nil, room = rest == ' room'}
+         adaptive = not room and read_adaptive(rest) or nil, room = room,
+         opens = tonumber(opens) or 0, new_per_minute = tonumber(new_per_minute) or 0}
   CFG = cfg
   if config_count >= 1000 then
     configs, config_count = {}, 0
@@ -330,6 +334,26 @@ end
 local function count(st, name, by)
   local current = plan.state[name] or tonumber(field(st, name)) or 0
   plan.state[name] = current + (by or 1)
+end
+
+-- A room's `new_per_minute` (its launch mode): admissions are also limited to that many a minute, a bucket
+-- in the state hash ("tokens|at_ms", refilled at that rate, as deep) that each admission takes one from,
+-- whoever makes it (room.lua's walk-ins and let-ins, a release's serve_line). True: one more may come in.
+local function room_may_admit(ctx, cfg)
+  if cfg.new_per_minute <= 0 then
+    return true
+  end
+  if not ctx.bucket then
+    local tokens, at = string.match(field(ctx.st, 'bucket') or '', '^([%d.]+)|(%d+)$')
+    local refill = (ctx.now - (tonumber(at) or ctx.now)) * cfg.new_per_minute / 60000
+    ctx.bucket = math.min(cfg.new_per_minute, (tonumber(tokens) or cfg.new_per_minute) + refill)
+  end
+  if ctx.bucket < 1 then
+    return false
+  end
+  ctx.bucket = ctx.bucket - 1
+  set_state('bucket', string.format('%.3f', ctx.bucket) .. '|' .. ctx.now_text)
+  return true
 end
 
 -- A waiting room's times, for its operators' percentiles (room.lua's figures): how long a visitor waited in
@@ -765,6 +789,8 @@ local function serve_line(ctx, line, cfg)
       return false
     elseif head.token == ctx.caller then
       return true
+    elseif cfg.room and not room_may_admit(ctx, cfg) then
+      return false  -- the room's new visitors a minute are in (room_may_admit): the rest wait their turn
     elseif cfg.room then
       -- A visitor let in while away from its page holds the place until its abandon time, when it would
       -- have lost its place in line anyway, whatever the lease (a lease shorter than a refresh would end
@@ -894,6 +920,9 @@ local function context(st, cfg, now, now_text, h, caller)
                limit = limit_in_force(st, cfg), fence = st.fence,
                used = math.max((used or 0) - h.freed, 0), earliest = h.earliest, holders_empty = h.empty,
                granted = 0, caller = caller, backlog = h.more, purged = #h.expired}
+  if cfg.opens > 0 and now < cfg.opens then
+    ctx.limit = 0  -- a room's pre-queue: nobody is let in before its opening (room.lua)
+  end
   local lost, lost_used = lost_keys(st, h, used)
   local wrong = lost or (st.used and (not used or used < 0 or used ~= math.floor(used)))
   if cfg.room or wrong or not ctx.earliest then

@@ -25,7 +25,10 @@
 --           else it keeps (or takes, at the back) a place in line, which it loses when it asks nothing for
 --           the abandon time. A new place (the visitor holds none) is refused when its client address
 --           (KEYS[9]) holds <places> already, or took <per_minute> new places in the last minute (0: no
---           bound; without KEYS[9] there is none)
+--           bound; without KEYS[9] there is none). Then, for the launch mode: <shuffled>, the place (1 to
+--           2^40) the caller's keyed hash of the ticket gives it, taken by a newcomer before the room's opening
+--           (the configuration's: the pre-queue, shuffled so, nobody let in) or in a random-order room
+--           (<random> 1); <prequeue> (ms, 0: none): before it the visitor gets no place (code 6)
 --         'figures': the room's figures only (serving the line with whatever ended, as status does)
 --         'let_in <n>': the next n visitors in line are let in, whatever the limit (an operator's choice)
 --         'queue_all <0|1>': 1: every new visitor waits in line, even when there is room; 0: back to normal
@@ -45,10 +48,16 @@
 --   queue_all 1 or 0; admitted and abandoned: the state's counters, counted since since_ms
 --   let_in: how many 'let_in' let in; vanished: common.lua's `context` report, '' when none
 --   refused (code 5, a visit): 'places' or 'new', the client's bound that refused a new place; '' otherwise
+--     (code 6: the launch's pre-queue has not started; no place)
 --   visit_ms: the average visit's length (ms: a moving average of the visits that ended, released or lapsed;
 --     0 before any), which an estimate falls back on: the limit's worth of visitors every visit_ms
 --   full_since: when the line last formed (ms; 0 while nobody waits); pace: the room's latest change of pace
-local AGAIN, REFUSED = 4, 5
+local AGAIN, REFUSED, NOT_YET = 4, 5, 6
+-- The launch mode's places: who comes before the opening (or to a random-order room) takes the place its
+-- caller's keyed hash of its ticket says, 1..SHUFFLE_SPAN; first-come tickets of a room with either come
+-- after LATER, so every pre-queued place is ahead of every place taken after the opening.
+local SHUFFLE_SPAN = 1099511627776
+local LATER = 2199023255552
 -- The admission rate is measured over the last WINDOW_MS, or since the room's latest change of pace if later:
 -- a launch's first minute is not averaged with the quiet before it (the review: 4-10x too long a wait).
 local SAMPLE_MS = 5000
@@ -69,13 +78,13 @@ end
 local action, rest = string.match(ARGV[2] or '', '^(%S+) ?(.*)$')
 local words = {}
 for word in string.gmatch(rest or '', '%S+') do
-  if #words == 8 then
+  if #words == 10 then
     fail('too many fields in the room action ' .. tostring(ARGV[2]))
   end
   words[#words + 1] = word
 end
 local first = words[1] or ''
-local token, lease, hold, wanted, renew, places, per_minute
+local token, lease, hold, wanted, renew, places, per_minute, shuffled, prequeue, random_order
 local client, client_new = KEYS[9], KEYS[10]
 if action == 'visit' then
   token = token_arg(first, 'token')
@@ -84,6 +93,9 @@ if action == 'visit' then
   renew = (words[4] or '1') ~= '0'
   places = client and int_arg(words[5] or '0', 'places per client', 0, MAX_LIMIT) or 0
   per_minute = client_new and int_arg(words[6] or '0', 'new places per client a minute', 0, MAX_LIMIT) or 0
+  shuffled = int_arg(words[7] or '0', 'shuffled place', 0, SHUFFLE_SPAN)
+  prequeue = int_arg(words[8] or '0', 'pre-queue', 0, 9007199254740991)
+  random_order = words[9] == '1'
 elseif action == 'let_in' then
   wanted = int_arg(first, 'visitors let in', 1, MAX_LIMIT)
 elseif action == 'queue_all' then
@@ -292,6 +304,14 @@ else
   fits = not queue_all and line.waiting == 0 and ctx.used < ctx.limit
 end
 
+if not rank and prequeue > 0 and now < prequeue then
+  return reply(NOT_YET, 0, 0, 0)  -- the launch's pre-queue is not open yet: no place, nothing counted
+end
+-- The room's new visitors a minute (its launch mode): one who fits waits if they are all in.
+if fits and not room_may_admit(ctx, cfg) then
+  fits = false
+end
+
 -- A new place: within its client's bounds, or refused (counted as turned away: no place, no line).
 if not rank and (places > 0 or per_minute > 0) then
   if places > 0 and redis.call('ZCOUNT', client, '(' .. now, '+inf') >= places then
@@ -354,9 +374,18 @@ if rank then
   add('ZADD', K.alive, 'XX', now + cfg.waiter_ttl, token)
   client_place(now + cfg.waiter_ttl)
 else
-  -- A newcomer, or a visitor who lost its place (abandoned, its visit over): the next ticket, at the back.
+  -- A newcomer, or a visitor who lost its place (abandoned, its visit over): the next ticket, at the back;
+  -- before a launch's opening, or in a random-order room, the place its shuffle gives it.
   local ticket = (tonumber(field(st, 'ticket')) or 0) + 1
   set_state('ticket', ticket)
+  local placed = false  -- a shuffled place, not the back of the line
+  if shuffled > 0 and cfg.opens > 0 and now < cfg.opens then
+    ticket, placed = shuffled, true
+  elseif shuffled > 0 and random_order then
+    ticket, placed = LATER + shuffled, true
+  elseif cfg.opens > 0 or random_order then
+    ticket = LATER + ticket
+  end
   if line.raw == 0 then
     created(K.queue)
     created(K.alive)
@@ -372,7 +401,17 @@ else
       .. ticket .. '|' .. now_text .. '|' .. meta)
   add('ZADD', K.alive, now + cfg.waiter_ttl, token)
   client_place(now + cfg.waiter_ttl)
-  position = math.max(line.waiting - free, 0) + 1
+  local behind = line.waiting
+  if placed then
+    -- A shuffled place, not the back: those ahead of it (less those who left the line in this call).
+    behind = redis.call('ZCOUNT', K.queue, '-inf', '(' .. int_text(ticket)) - ctx.granted
+    for _, other in ipairs(line.abandoned or NONE) do
+      if other < ticket then
+        behind = behind - 1
+      end
+    end
+  end
+  position = math.max(behind - free, 0) + 1
   line.waiting = line.waiting + 1
 end
 outlive(now + cfg.waiter_ttl)

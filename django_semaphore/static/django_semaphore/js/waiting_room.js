@@ -59,7 +59,7 @@
     }
 
     function show(state, paused) {
-        write("position", String(state.position));
+        write("position", state.position === null ? "-" : String(state.position));
         const notice = field("paused");
         if (notice && notice.hidden !== !paused) {
             notice.hidden = !paused;
@@ -92,7 +92,7 @@
                 const type = response.headers.get("Content-Type") || "";
                 if (type.indexOf("application/json") === 0) {
                     return response.json().then((state) => {
-                        if (state && typeof state.position === "number") {
+                        if (state && (typeof state.position === "number" || state.position === null)) {
                             show(state, response.headers.get("Semaphore-Room-Paused") === "1");
                             const seconds = Number(state.refresh_seconds);
                             later(seconds > 0 ? seconds * 1000 : every);
