@@ -62,6 +62,7 @@ def benchmarks(
             **room.run(b, plan.repeats),
             **room.burst(b),
             **room.launch(b, plan.launch_idle, plan.launch_quiet, plan.launch_burst),
+            **room.proof_cost(500 if plan is FULL else 50),
         },
         "otel": lambda b: otel.run(b, max(5, plan.repeats + 2)),
         "dashboard": lambda b: dashboard.run(b, plan.repeats),

@@ -94,6 +94,7 @@ HEADLINES: list[tuple[str, str, Check | None, str, str]] = [
         "0.5-2",
         "{:.2f}",
     ),
+    ("room_proof_script_ms_per_place", "waiting room: proof of work, a script's CPU ms per place", None, "", "{:.1f}"),
     (
         "room_burst_positions",
         "waiting room: positions after the burst",

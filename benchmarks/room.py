@@ -306,3 +306,35 @@ def launch(bench: Bench, idle: float = 600.0, quiet: float = 240.0, burst: int =
     figures["room_launch_eta_ratio"] = statistics.median(every) if every else None
     figures["room_launch_first_eta_ratio"] = statistics.median(first) if first else None
     return figures
+
+
+def proof_cost(places: int = 500, bits: int | None = None) -> dict[str, Any]:
+    """What a script pays in CPU for ``places`` places behind a proof of work: the guide's Python solver, timed.
+
+    Each place costs one solved challenge (web/room_proof.py binds it to its ticket); the browser's median
+    time to join at the same difficulty is the browser test's figure (docs/performance.md).
+    """
+    import hashlib
+    import itertools
+
+    from django_semaphore.core.room_options import DEFAULT_WORK_BITS
+    from django_semaphore.web import room_proof
+
+    bits = bits or DEFAULT_WORK_BITS
+    tries = []
+    started = time.process_time()
+    for place in range(places):
+        challenge = room_proof.challenge("bench", f"{place:032x}", bits)
+        for counter in itertools.count():
+            digest = hashlib.sha256(f"{challenge}:{counter}".encode()).digest()
+            if int.from_bytes(digest, "big") >> (256 - bits) == 0:
+                tries.append(counter + 1)
+                break
+    cpu = time.process_time() - started
+    return {
+        "room_proof_bits": bits,
+        "room_proof_places": places,
+        "room_proof_script_cpu_s": round(cpu, 1),
+        "room_proof_script_ms_per_place": round(cpu * 1000 / places, 1),
+        "room_proof_median_tries": statistics.median(tries),
+    }

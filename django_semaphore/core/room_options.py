@@ -40,6 +40,7 @@ ROOM_OPTIONS = (
     "opens",
     "queueing",
     "new_users_per_minute",
+    "proof_of_work",
 )
 DEFAULT_REFRESH = 10.0
 # A waiter who asks nothing for this many refresh intervals has left the line.
@@ -61,6 +62,10 @@ DEFAULT_CLIENT_TICKETS_PER_MINUTE = 30
 MAX_CLIENT_PLACES = 1000
 # Queueing methods: first come, first served; or in a random order (an early arrival gains nothing).
 QUEUEING = ("fifo", "random")
+# The proof of work's default difficulty (`"proof_of_work": True`): leading zero bits of a SHA-256; a browser
+# solves it in well under a second (docs/performance.md); a script pays as much again for every place.
+DEFAULT_WORK_BITS = 16
+MAX_WORK_BITS = 32
 MAX_SECONDS = 10 * 365 * 86400
 # Statuses whose responses have no body: a queue page must have one.
 BODYLESS = (204, 205, 304)
@@ -96,6 +101,8 @@ class RoomOptions:
     opens_ms: int = 0
     queueing: str = "fifo"
     new_users_per_minute: int | None = None
+    # Leading zero bits of the puzzle a visitor solves before it takes a place (web/room_proof.py); 0: none.
+    proof_of_work: int = 0
 
     @classmethod
     def from_option(cls, name: str, value: object) -> RoomOptions | None:
@@ -122,6 +129,7 @@ class RoomOptions:
             opens_ms=_epoch_ms(spec.get("opens")),
             queueing=spec.get("queueing", "fifo"),
             new_users_per_minute=spec.get("new_users_per_minute"),
+            proof_of_work=_work_bits(spec.get("proof_of_work")),
         )
 
     def visit_lease(self, lease: float) -> float:
@@ -182,12 +190,29 @@ def _launch_problems(where: str, spec: Mapping[str, Any]) -> list[str]:
             problems.append(f"{where}['prequeue'] must come before 'opens'.")
     if spec.get("queueing", "fifo") not in QUEUEING:
         problems.append(f"{where}['queueing'] must be one of {', '.join(QUEUEING)} (got {spec.get('queueing')!r}).")
+    work = spec.get("proof_of_work")
+    if (
+        work is not None
+        and work is not True
+        and work is not False
+        and (not isinstance(work, int) or not 1 <= work <= MAX_WORK_BITS)
+    ):
+        problems.append(
+            f"{where}['proof_of_work'] must be None, True ({DEFAULT_WORK_BITS} bits) or the leading zero bits "
+            f"asked, 1 to {MAX_WORK_BITS} (got {work!r})."
+        )
     rate = spec.get("new_users_per_minute")
     if rate is not None and (not isinstance(rate, int) or isinstance(rate, bool) or not 1 <= rate <= 1_000_000):
         problems.append(
             f"{where}['new_users_per_minute'] must be None or a whole number from 1 to 1000000 (got {rate!r})."
         )
     return problems
+
+
+def _work_bits(value: object) -> int:
+    if value is None or value is False:
+        return 0
+    return DEFAULT_WORK_BITS if value is True else int(value)  # type: ignore[call-overload]
 
 
 def _optional_float(value: object) -> float | None:

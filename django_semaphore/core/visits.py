@@ -26,7 +26,7 @@ from .tally import tally
 
 # room.lua's reply codes for a visit; AGAIN (any action): the call purged a batch of lapsed places and
 # decided nothing, more are left: it is sent again. REFUSED: a new place its client address may not take.
-LET_IN, INSIDE, IN_LINE, AGAIN, REFUSED, NOT_YET = 1, 2, 3, 4, 5, 6
+LET_IN, INSIDE, IN_LINE, AGAIN, REFUSED, NOT_YET, CHALLENGE = 1, 2, 3, 4, 5, 6, 7
 # Why a new place was refused (RoomReply.refused): its client holds too many places, or took too many new
 # ones in the last minute.
 PLACES, NEW = "places", "new"
@@ -243,18 +243,26 @@ def _ms(seconds: float | None) -> int:
     return 0 if seconds is None else max(int(seconds * 1000), 1)
 
 
-def _visit_action(sem: Semaphore, token: str, renew: bool, client: str | None, shuffled: int) -> str:
+def _visit_action(sem: Semaphore, token: str, renew: bool, client: str | None, shuffled: int, proven: bool) -> str:
     room = sem.config.room
     assert room is not None
     hold_ms = _ms(room.visit_cap(sem.config.max_hold))
     places = room.client_places or 0 if client is not None else 0
     per_minute = room.client_tickets_per_minute or 0 if client is not None else 0
-    launch = f"{shuffled} {room.prequeue_ms} {int(room.queueing == 'random')}"
+    proof = "-" if not room.proof_of_work else "1" if proven else "0"
+    launch = f"{shuffled} {room.prequeue_ms} {int(room.queueing == 'random')} {proof}"
     return f"visit {token} {_ms(visit_lease(sem))} {hold_ms} {int(renew)} {places} {per_minute} {launch}"
 
 
 def visit(
-    sem: Semaphore, token: str, label: str = "", *, renew: bool = True, client: str | None = None, shuffled: int = 0
+    sem: Semaphore,
+    token: str,
+    label: str = "",
+    *,
+    renew: bool = True,
+    client: str | None = None,
+    shuffled: int = 0,
+    proven: bool = False,
 ) -> tuple[RoomReply, Permit | None]:
     """One request of the visitor ``token``: the reply, and the visit's permit when the visitor is inside.
 
@@ -265,11 +273,13 @@ def visit(
     address, hashed, whose places and new places the room's bounds count.
     ``shuffled``: the place (1 to 2^40) a keyed hash of the visitor's
     ticket gives it before a launch's opening, or in a random-order room.
+    ``proven``: the request carries a proof of work its caller verified (a
+    room that asks one gives a newcomer without it no place: ``CHALLENGE``).
     """
     _room(sem)
     sent = time.monotonic()
     try:
-        action = _visit_action(sem, token, renew, client, shuffled)
+        action = _visit_action(sem, token, renew, client, shuffled, proven)
         reply = _run(sem, action, holder_metadata(label, None), client)
     except BaseException as exc:
         tally.failed(sem.name, sem.config.on_error, exc, sent)
@@ -278,13 +288,20 @@ def visit(
 
 
 async def avisit(
-    sem: Semaphore, token: str, label: str = "", *, renew: bool = True, client: str | None = None, shuffled: int = 0
+    sem: Semaphore,
+    token: str,
+    label: str = "",
+    *,
+    renew: bool = True,
+    client: str | None = None,
+    shuffled: int = 0,
+    proven: bool = False,
 ) -> tuple[RoomReply, Permit | None]:
     """``visit`` on the asyncio client."""
     _room(sem)
     sent = time.monotonic()
     try:
-        action = _visit_action(sem, token, renew, client, shuffled)
+        action = _visit_action(sem, token, renew, client, shuffled, proven)
         reply = await _arun(sem, action, holder_metadata(label, None), client)
     except BaseException as exc:
         tally.failed(sem.name, sem.config.on_error, exc, sent)

@@ -80,13 +80,13 @@ def _moment(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, dt_timezone.utc).isoformat(timespec="seconds")
 
 
-def status_document(reply: RoomReply, options: RoomOptions) -> dict[str, Any]:
+def status_document(reply: RoomReply, options: RoomOptions, work: str | None = None) -> dict[str, Any]:
     """The JSON a client waiting its turn reads: these four keys, and ``opens_at`` in a launch's room.
 
     In the pre-queue (before the opening) ``position`` and ``eta_seconds``
     are null: every pre-queued visitor's place is drawn at the opening.
     """
-    early = pre_queued(reply, options)
+    early = pre_queued(reply, options) or work is not None
     document: dict[str, Any] = {
         "position": None if early else reply.position,
         "eta_seconds": None if early else reply.eta_seconds(reply.position - 1, options.refresh),
@@ -95,6 +95,10 @@ def status_document(reply: RoomReply, options: RoomOptions) -> dict[str, Any]:
     }
     if options.opens_ms:
         document["opens_at"] = _moment(options.opens_ms)
+    if work is not None:
+        # No place yet: it costs a proof of work (web/room_proof.py), sent with the next request.
+        document["challenge"] = work
+        document["difficulty"] = options.proof_of_work
     return document
 
 
@@ -112,9 +116,12 @@ def not_yet(request: HttpRequest, options: RoomOptions, reply: RoomReply) -> Htt
     return response
 
 
-def queue_answer(request: HttpRequest, name: str, options: RoomOptions, reply: RoomReply) -> HttpResponse:
-    """The answer to a request of a visitor in line (its ticket is set by the caller)."""
-    document = status_document(reply, options)
+def queue_answer(
+    request: HttpRequest, name: str, options: RoomOptions, reply: RoomReply, work: str | None = None
+) -> HttpResponse:
+    """The answer to a request of a visitor in line, or (``work``: its challenge) of one who must solve a proof
+    of work to take a place (its ticket is set by the caller)."""
+    document = status_document(reply, options, work)
     if prefers_json(request):
         response = HttpResponse(json.dumps(document), content_type="application/json", status=options.status)
     else:
@@ -132,6 +139,8 @@ def queue_answer(request: HttpRequest, name: str, options: RoomOptions, reply: R
             "paused": reply.paused,
             "poll_header": HEADER,
             "poll_value": POLL,
+            "challenge": work or "",
+            "difficulty": options.proof_of_work if work else 0,
         }
         body = loader.render_to_string(options.template, context, request)
         response = HttpResponse(body, status=options.status)

@@ -40,7 +40,7 @@ from ..core.renewal import renewer
 from ..core.room_options import SAFE_METHODS, RoomOptions
 from ..core.semaphore import Semaphore, get_semaphore
 from ..core.visits import RoomReply
-from . import room_page, room_tickets
+from . import room_page, room_proof, room_tickets
 from .partition_keys import client_ip
 from .response_log import log_answer
 
@@ -97,6 +97,9 @@ class Visit:
             response = room_page.refusal(request, self.options, self.reply.refused)
         elif self.reply.code == visits.NOT_YET:
             response = room_page.not_yet(request, self.options, self.reply)
+        elif self.reply.code == visits.CHALLENGE:
+            work = room_proof.challenge(self.name, self.visitor, self.options.proof_of_work)
+            response = room_page.queue_answer(request, self.name, self.options, self.reply, work)
         else:
             response = room_page.queue_answer(request, self.name, self.options, self.reply)
         self.dress(response)
@@ -277,6 +280,7 @@ class _Asked:
     renew: bool
     client: str | None
     shuffled: int = 0
+    proven: bool = False
 
 
 def _asked(request: HttpRequest, sem: Semaphore) -> _Asked:
@@ -290,6 +294,7 @@ def _asked(request: HttpRequest, sem: Semaphore) -> _Asked:
         renew=not room_page.is_poll(request),
         client=None if address is None else hash_partition(f"ip:{address}"),
         shuffled=shuffled_place(sem.name, options, visitor),
+        proven=bool(options.proof_of_work) and room_proof.verified(request, sem.name, visitor, options.proof_of_work),
     )
 
 
@@ -325,7 +330,13 @@ def visit(request: HttpRequest, sem: Semaphore) -> Visit:
     asked = _asked(request, sem)
     token = room_tickets.token(asked.visitor)
     reply, permit = visits.visit(
-        sem, token, asked.label, renew=asked.renew, client=asked.client, shuffled=asked.shuffled
+        sem,
+        token,
+        asked.label,
+        renew=asked.renew,
+        client=asked.client,
+        shuffled=asked.shuffled,
+        proven=asked.proven,
     )
     return _visit(request, sem, asked.visitor, reply, permit)
 
@@ -334,7 +345,13 @@ async def avisit(request: HttpRequest, sem: Semaphore) -> Visit:
     asked = _asked(request, sem)
     token = room_tickets.token(asked.visitor)
     reply, permit = await visits.avisit(
-        sem, token, asked.label, renew=asked.renew, client=asked.client, shuffled=asked.shuffled
+        sem,
+        token,
+        asked.label,
+        renew=asked.renew,
+        client=asked.client,
+        shuffled=asked.shuffled,
+        proven=asked.proven,
     )
     return _visit(request, sem, asked.visitor, reply, permit)
 

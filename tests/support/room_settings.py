@@ -28,6 +28,7 @@ def room(**extra: object) -> dict:
             # tries them).
             "client_places": None,
             "client_tickets_per_minute": None,
+            "proof_of_work": int(os.environ.get("ROOM_PROOF", "0")) or None,
             **extra,
         },
     }

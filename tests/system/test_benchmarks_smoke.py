@@ -106,3 +106,8 @@ def test_room_replays_a_launch_and_reports_the_eta_ratios(bench: Bench) -> None:
     figures = room.launch(bench, idle=2.0, quiet=2.0, burst=30)
     assert figures["room_launch_idle_let_in"] == figures["room_launch_busy_let_in"] == 30
     assert figures["room_launch_eta_ratio"] > 0 and figures["room_launch_first_eta_ratio"] > 0
+
+
+def test_room_times_what_a_script_pays_for_places_behind_a_proof_of_work() -> None:
+    figures = room.proof_cost(places=3, bits=8)
+    assert figures["room_proof_places"] == 3 and figures["room_proof_median_tries"] >= 1

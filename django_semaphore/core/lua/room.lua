@@ -28,7 +28,9 @@
 --           bound; without KEYS[9] there is none). Then, for the launch mode: <shuffled>, the place (1 to
 --           2^40) the caller's keyed hash of the ticket gives it, taken by a newcomer before the room's opening
 --           (the configuration's: the pre-queue, shuffled so, nobody let in) or in a random-order room
---           (<random> 1); <prequeue> (ms, 0: none): before it the visitor gets no place (code 6)
+--           (<random> 1); <prequeue> (ms, 0: none): before it the visitor gets no place (code 6); <proof>:
+--           '0' when the room asks a proof of work and the request carries none its caller could verify
+--           (web/room_proof.py): a newcomer then gets no place (code 7, a challenge), '1' or '-' otherwise
 --         'figures': the room's figures only (serving the line with whatever ended, as status does)
 --         'let_in <n>': the next n visitors in line are let in, whatever the limit (an operator's choice)
 --         'queue_all <0|1>': 1: every new visitor waits in line, even when there is room; 0: back to normal
@@ -52,7 +54,7 @@
 --   visit_ms: the average visit's length (ms: a moving average of the visits that ended, released or lapsed;
 --     0 before any), which an estimate falls back on: the limit's worth of visitors every visit_ms
 --   full_since: when the line last formed (ms; 0 while nobody waits); pace: the room's latest change of pace
-local AGAIN, REFUSED, NOT_YET = 4, 5, 6
+local AGAIN, REFUSED, NOT_YET, CHALLENGE = 4, 5, 6, 7
 -- The launch mode's places: who comes before the opening (or to a random-order room) takes the place its
 -- caller's keyed hash of its ticket says, 1..SHUFFLE_SPAN; first-come tickets of a room with either come
 -- after LATER, so every pre-queued place is ahead of every place taken after the opening.
@@ -78,13 +80,13 @@ end
 local action, rest = string.match(ARGV[2] or '', '^(%S+) ?(.*)$')
 local words = {}
 for word in string.gmatch(rest or '', '%S+') do
-  if #words == 10 then
+  if #words == 11 then
     fail('too many fields in the room action ' .. tostring(ARGV[2]))
   end
   words[#words + 1] = word
 end
 local first = words[1] or ''
-local token, lease, hold, wanted, renew, places, per_minute, shuffled, prequeue, random_order
+local token, lease, hold, wanted, renew, places, per_minute, shuffled, prequeue, random_order, unproven
 local client, client_new = KEYS[9], KEYS[10]
 if action == 'visit' then
   token = token_arg(first, 'token')
@@ -96,6 +98,7 @@ if action == 'visit' then
   shuffled = int_arg(words[7] or '0', 'shuffled place', 0, SHUFFLE_SPAN)
   prequeue = int_arg(words[8] or '0', 'pre-queue', 0, 9007199254740991)
   random_order = words[9] == '1'
+  unproven = words[10] == '0'
 elseif action == 'let_in' then
   wanted = int_arg(first, 'visitors let in', 1, MAX_LIMIT)
 elseif action == 'queue_all' then
@@ -306,6 +309,9 @@ end
 
 if not rank and prequeue > 0 and now < prequeue then
   return reply(NOT_YET, 0, 0, 0)  -- the launch's pre-queue is not open yet: no place, nothing counted
+end
+if not rank and unproven then
+  return reply(CHALLENGE, 0, 0, 0)  -- a new place costs a proof of work: none yet, so no place
 end
 -- The room's new visitors a minute (its launch mode): one who fits waits if they are all in.
 if fits and not room_may_admit(ctx, cfg) then

@@ -157,3 +157,31 @@ def test_a_page_whose_script_is_not_served_still_lets_the_visitor_in(browser: An
         expect(page.locator("h1")).to_have_text(WELCOME, timeout=15000)
     finally:
         context.close()
+
+
+def test_with_a_proof_of_work_the_page_solves_it_and_the_visitor_joins(browser: Any, room_site: RoomSite) -> None:
+    """The default difficulty, in real Chromium: each visitor's page solves its challenge and lets it in. The
+    times to join are printed (docs/performance.md reports their median), not asserted."""
+    import statistics
+
+    from playwright.sync_api import expect
+
+    from django_semaphore.core.room_options import DEFAULT_WORK_BITS
+
+    base = room_site(limit=20, lease=30.0, refresh=1.0, abandon=10.0, proof=DEFAULT_WORK_BITS)
+    joined = []
+    for _ in range(10):
+        context = browser.new_context()
+        try:
+            page = context.new_page()
+            problems = _problems(page)
+            started = time.monotonic()
+            response = page.goto(base + "/room/welcome/")
+            assert response is not None and response.status == 503  # a challenge, no place yet
+            expect(page.locator("h1")).to_have_text(WELCOME, timeout=30000)
+            joined.append(time.monotonic() - started)
+            assert problems == []
+        finally:
+            context.close()
+    assert get_semaphore("room").status().used == 10
+    print(f"joined at {DEFAULT_WORK_BITS} bits: median {statistics.median(joined):.2f} s, {sorted(joined)}")

@@ -82,8 +82,26 @@
         window.setTimeout(poll, ms);
     }
 
+    let proof = null;  // "<challenge> <counter>": sent until the visitor has a place
+
+    function prove(challenge, difficulty) {
+        // A place costs a proof of work (waiting_room_proof.js solves it): ask again at once with it.
+        if (typeof window.semaphoreRoomSolve !== "function") {
+            later(every);
+            return;
+        }
+        window.semaphoreRoomSolve(challenge, difficulty, (counter) => {
+            proof = challenge + " " + counter;
+            poll();
+        });
+    }
+
     function poll() {
-        fetch(window.location.href, { headers: headers, credentials: "same-origin", cache: "no-store" })
+        const asked = Object.assign({}, headers);
+        if (proof) {
+            asked["Semaphore-Room-Proof"] = proof;
+        }
+        fetch(window.location.href, { headers: asked, credentials: "same-origin", cache: "no-store" })
             .then((response) => {
                 if (response.status === 204) {
                     enter();
@@ -92,7 +110,11 @@
                 const type = response.headers.get("Content-Type") || "";
                 if (type.indexOf("application/json") === 0) {
                     return response.json().then((state) => {
-                        if (state && (typeof state.position === "number" || state.position === null)) {
+                        if (state && state.challenge) {
+                            proof = null;
+                            prove(state.challenge, Number(state.difficulty));
+                        } else if (state && (typeof state.position === "number" || state.position === null)) {
+                            proof = null;  // a place: its ticket keeps it from now on
                             show(state, response.headers.get("Semaphore-Room-Paused") === "1");
                             const seconds = Number(state.refresh_seconds);
                             later(seconds > 0 ? seconds * 1000 : every);
@@ -113,5 +135,9 @@
             .catch(() => later(every));  // a short disconnect keeps the place: ask again
     }
 
-    later(every);
+    if (room.dataset.challenge) {
+        prove(room.dataset.challenge, Number(room.dataset.difficulty));
+    } else {
+        later(every);
+    }
 })();
