@@ -13,4 +13,6 @@ urlpatterns = [
     path("api/products/", api.products, name="api-products"),
     path("api/products/<slug:sku>/", api.product, name="api-product"),
     path("api/health/", api.health, name="api-health"),
+    path("launch/", views.launch, name="launch"),
+    path("launch/buy/", views.launch_buy, name="launch-buy"),
 ]
