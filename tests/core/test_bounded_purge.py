@@ -126,6 +126,7 @@ def test_a_semaphores_lapsed_leases_and_dead_waiters_are_purged_a_batch_per_call
     settings, admin: redis.Redis
 ) -> None:
     settings.SEMAPHORES = {**settings.SEMAPHORES, "jobs": {"limit": 6 * PURGE}}
+    settings.SEMAPHORE_WAITER_TTL = 600  # the waiters stay alive while the pipelines line them up, however slow
     sem = get_semaphore("jobs")
     calls: Calls = sem.calls
 
