@@ -313,11 +313,6 @@ end
 if not rank and unproven then
   return reply(CHALLENGE, 0, 0, 0)  -- a new place costs a proof of work: none yet, so no place
 end
--- The room's new visitors a minute (its launch mode): one who fits waits if they are all in.
-if fits and not room_may_admit(ctx, cfg) then
-  fits = false
-end
-
 -- A new place: within its client's bounds, or refused (counted as turned away: no place, no line).
 if not rank and (places > 0 or per_minute > 0) then
   if places > 0 and redis.call('ZCOUNT', client, '(' .. now, '+inf') >= places then
@@ -351,6 +346,11 @@ if not rank and (places > 0 or per_minute > 0) then
     count(st, 'rejected')
     return reply(REFUSED, 0, 0, 0)
   end
+end
+
+-- The room's new visitors a minute (its launch mode): one who fits waits if they are all in.
+if fits and not room_may_admit(ctx, cfg) then
+  fits = false
 end
 
 if fits then
