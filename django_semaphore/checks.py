@@ -5,7 +5,7 @@
 - ``web/checks.py``: request keys, middleware rules, decorated views and the
   request path's settings (E005, E006-E010, E012, E013, E018, W002-W004);
 - ``dashboard/checks.py``: W005;
-- ``web/room_checks.py``: W009 and, with ``--deploy``, W010 (a waiting room's static files);
+- ``web/room_checks.py``: W011 and, with ``--deploy``, W012 (a waiting room's static files);
 - ``metrics/checks.py``: the metrics face's settings (E021, W008);
 - ``ops/redis_check.py`` (E015) and ``ops/memory_check.py`` (E019, W006,
   W007, I001): deployment checks, which reach Redis, so they run only with

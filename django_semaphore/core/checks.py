@@ -26,7 +26,7 @@ Errors:
 - E020 a ``waiting_room`` has a wrong value, or its entry sets what a room cannot
   honour (``key``, a ``weight`` other than 1, ``wait`` > 0, ``fair: False``, an
   adaptive limit, ``replicas``), or bypasses an unsafe method (POST, PUT...) without saying it means to.
-- E022 two waiting rooms share one cookie name.
+- E023 two waiting rooms share one cookie name.
 
 Not checked: ``replicas`` > 0 with a Redis Cluster connection factory, which
 only calling the factory (opening a connection) would reveal; the first
@@ -262,7 +262,7 @@ def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
         hint = "See the docs, guides/waiting-room.md."
         messages += [error(20, problem, hint) for problem in room_problems(name, options)]
     hint = "Give each room its own 'cookie' (the default, semaphore_room_<name>, is)."
-    messages += [error(22, problem, hint) for problem in shared_cookies(_rooms(raw))]
+    messages += [error(23, problem, hint) for problem in shared_cookies(_rooms(raw))]
     return messages
 
 

@@ -358,7 +358,7 @@ def has_room(options: object) -> bool:
 
 
 def shared_cookies(rooms: Mapping[str, RoomOptions]) -> list[str]:
-    """E022: rooms (name -> options) whose tickets share one cookie name: a visitor moving between them would
+    """E023: rooms (name -> options) whose tickets share one cookie name: a visitor moving between them would
     leave a place behind in each, its ticket being the other room's (no ticket there)."""
     owners: dict[str, list[str]] = {}
     for name, options in rooms.items():

@@ -1,4 +1,4 @@
-"""A waiting room's static files: W009 and, with ``--deploy``, W010.
+"""A waiting room's static files: W011 and, with ``--deploy``, W012.
 
 The queue page loads ``django_semaphore/js/waiting_room.js`` and its style
 from ``STATIC_URL``. The page lets a visitor in without them (its own
@@ -34,14 +34,14 @@ def _rooms() -> list[str]:
 
 
 def check_room_static_files(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W009: a room is declared, but its queue page's script and style are never collected."""
+    """W011: a room is declared, but its queue page's script and style are never collected."""
     rooms = _rooms()
     installed = getattr(settings, "INSTALLED_APPS", ())
     if not rooms or ("django.contrib.staticfiles" in installed and getattr(settings, "STATIC_URL", None)):
         return []
     return [
         warning(
-            9,
+            11,
             f"Waiting rooms {', '.join(rooms)}: django.contrib.staticfiles is not installed or STATIC_URL is unset, "
             "so the queue page's script (django_semaphore/js/waiting_room.js) and style are never collected: "
             "visitors still get in, by the page's own refresh, but the page reloads instead of updating in place.",
@@ -51,13 +51,13 @@ def check_room_static_files(app_configs: Any = None, **kwargs: Any) -> list[Chec
 
 
 def check_room_static_root(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W010 (--deploy): a room is declared and STATIC_ROOT is unset: collectstatic has nowhere to put the script."""
+    """W012 (--deploy): a room is declared and STATIC_ROOT is unset: collectstatic has nowhere to put the script."""
     rooms = _rooms()
     if not rooms or getattr(settings, "STATIC_ROOT", None):
         return []
     return [
         warning(
-            10,
+            12,
             f"Waiting rooms {', '.join(rooms)}: STATIC_ROOT is unset, so with DEBUG = False the queue page's script "
             "and style answer 404 unless your web server serves each app's static/ directory.",
             STATIC_HINT,

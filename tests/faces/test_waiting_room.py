@@ -330,8 +330,8 @@ def test_the_checks_refuse_rooms_sharing_a_cookie_and_unsafe_methods_passing_by(
         "posts_knowingly": {"limit": 2, "waiting_room": {"bypass_methods": ["POST"], "bypass_unsafe_methods": True}},
         "staff_flag": {"limit": 2, "waiting_room": {"bypass_staff": "no"}},
     }
-    messages = [m for m in run_checks() if m.id in ("django_semaphore.E020", "django_semaphore.E022")]
-    shared = [m.msg for m in messages if m.id == "django_semaphore.E022"]
+    messages = [m for m in run_checks() if m.id in ("django_semaphore.E020", "django_semaphore.E023")]
+    shared = [m.msg for m in messages if m.id == "django_semaphore.E023"]
     assert shared == [
         "Waiting rooms 'shop', 'tickets' share the cookie 'queue': each room's ticket replaces the other's, so a "
         "visitor going from one to the other leaves a place behind each time."
@@ -469,17 +469,17 @@ def test_a_room_reports_visitors_as_the_semaphores_use_and_line() -> None:
 
 
 def test_the_checks_point_a_room_at_its_static_files(settings) -> None:
-    """W009: no staticfiles, so waiting_room.js is never collected; W010 (--deploy): no STATIC_ROOT to collect to."""
+    """W011: no staticfiles, so waiting_room.js is never collected; W012 (--deploy): no STATIC_ROOT to collect to."""
 
     def warned(deploy: bool = False) -> set[str]:
         found = run_checks(include_deployment_checks=deploy)
-        return {m.id for m in found if m.id in ("django_semaphore.W009", "django_semaphore.W010")}
+        return {m.id for m in found if m.id in ("django_semaphore.W011", "django_semaphore.W012")}
 
     settings.STATIC_ROOT = None
-    assert warned() == set() and warned(deploy=True) == {"django_semaphore.W010"}
+    assert warned() == set() and warned(deploy=True) == {"django_semaphore.W012"}
     settings.STATIC_ROOT = "/srv/static"
     assert warned(deploy=True) == set()
     settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "django.contrib.staticfiles"]
-    assert warned() == {"django_semaphore.W009"}
+    assert warned() == {"django_semaphore.W011"}
     settings.SEMAPHORES = {"plain": {"limit": 1}}
     assert warned(deploy=True) == set()  # no room, nothing to say
