@@ -35,10 +35,14 @@ class Plan:
     adaptive_seconds: float
     expiry_samples: int
     stripes_seconds: float
+    # The launch replay (benchmarks/room.py): the idle room's quiet, the busy room's, and the burst.
+    launch_idle: float
+    launch_quiet: float
+    launch_burst: int
 
 
-FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0, 20.0, 100, 8.0)
-QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5, 8.0, 20, 2.0)
+FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0, 20.0, 100, 8.0, 600.0, 240.0, 300)
+QUICK = Plan(0.3, 3, 4, 1.0, 1, 60, 0.25, 1.0, 0.5, 8.0, 20, 2.0, 65.0, 30.0, 100)
 
 
 def benchmarks(
@@ -55,7 +59,12 @@ def benchmarks(
         "web": lambda b: web.run(b, plan.web_seconds, plan.repeats, wrk),
         "async": lambda b: concurrency.run(b, plan.async_seconds, plan.repeats),
         "adaptive": lambda b: adaptive.run(b, plan.adaptive_seconds, svg),
-        "room": lambda b: room.run(b, plan.repeats),
+        "room": lambda b: {
+            **room.run(b, plan.repeats),
+            **room.burst(b),
+            **room.launch(b, plan.launch_idle, plan.launch_quiet, plan.launch_burst),
+            **room.proof_cost(500 if plan is FULL else 50),
+        },
         "otel": lambda b: otel.run(b, max(5, plan.repeats + 2)),
         "dashboard": lambda b: dashboard.run(b, plan.repeats),
         "stripes": lambda b: stripes.run(b, plan.stripes_seconds, plan.repeats),

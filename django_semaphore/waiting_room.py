@@ -22,7 +22,7 @@ from .core.conf import declared
 from .core.room_options import has_room
 from .core.visits import aend, end
 from .web.room_page import END, HEADER
-from .web.visits import Visit, ticketed, visits_of
+from .web.visits import Visit, refused_by_method, ticketed, visits_of
 
 __all__ = ["END", "HEADER", "Visit", "aend_visit", "end_visit", "visit_of"]
 
@@ -49,12 +49,15 @@ def end_visit(request: HttpRequest, name: str | None = None) -> bool:
     In a view the room guards, it ends the visit this request made (its
     response still carries the ticket); elsewhere, the visit the request's
     ticket names. The visitor's next request is a new visit: let in if there
-    is room, else at the back of the line.
+    is room, else at the back of the line. Only a request of an unsafe method
+    (POST...: Django's CSRF protection guards it) ends a visit: on a GET any
+    site could end it, so nothing ends, False, and a warning is logged.
     """
     made = [visit for visit in visits_of(request) if name is None or visit.name == name]
     if made:
         return any([visit.end_now() for visit in made])
-    return any([end(room, token) for room, token in ticketed(request, _room_names(name))])
+    found = ticketed(request, _room_names(name))
+    return any([end(room, token) for room, token in found if not refused_by_method(room.name, request.method)])
 
 
 async def aend_visit(request: HttpRequest, name: str | None = None) -> bool:
@@ -62,4 +65,5 @@ async def aend_visit(request: HttpRequest, name: str | None = None) -> bool:
     made = [visit for visit in visits_of(request) if name is None or visit.name == name]
     if made:
         return any([await visit.aend_now() for visit in made])
-    return any([await aend(room, token) for room, token in ticketed(request, _room_names(name))])
+    found = ticketed(request, _room_names(name))
+    return any([await aend(room, token) for room, token in found if not refused_by_method(room.name, request.method)])

@@ -3,13 +3,16 @@
     make load   # or: .venv/bin/python example_project/loadgen.py --concurrency 20 --duration 15
 
 With ``make demo`` running, this makes the dashboard's bars and chart move and
-produces real 503s with Retry-After. Loopback only: it refuses other hosts.
+produces real 503s with Retry-After, and fills the launch's waiting room with
+visitors (``--visitors``, 20 by default) who wait their turn on its line, go
+in and buy. Loopback only: it refuses other hosts.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import statistics
 import time
 from collections import Counter
@@ -32,6 +35,12 @@ DEFAULT_PATHS = [
     "/api/products/",
     "/api/products/lamp-01/",
 ]
+# The waiting room's launch page: visitors of their own (a cookie jar each) join its line, poll it as its
+# queue page does, and once in stay a few seconds and buy (which ends the visit). Their answers are counted
+# under this label.
+ROOM_PATH = "/launch/"
+ROOM_LABEL = "/launch/ (room visitors)"
+CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 # Wide enough for the summary whatever the paths; rich draws the table only as wide as it needs.
 UNCUT_WIDTH = 400
@@ -79,6 +88,34 @@ async def worker(
             tally.retry_after[response.headers.get("Retry-After", "missing")] += 1
 
 
+async def room_visitor(base_url: str, index: int, until: float, tally: Tally) -> None:
+    """One visitor after another at the launch: in line (polling every refresh), inside a few seconds, buys."""
+    pause = 1.0 + (index % 5)
+    while time.monotonic() < until:
+        async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:  # a fresh cookie jar: a new visitor
+            while time.monotonic() < until:
+                try:
+                    answer = await client.get(ROOM_PATH, headers={"Accept": "application/json"})
+                except httpx.HTTPError:
+                    tally.errors += 1
+                    await asyncio.sleep(1)
+                    continue
+                tally.statuses[answer.status_code] += 1
+                if answer.status_code != 503:
+                    break
+                tally.retry_after[answer.headers.get("Retry-After", "missing")] += 1
+                await asyncio.sleep(float(answer.json().get("refresh_seconds") or 2))
+            await asyncio.sleep(pause)  # a look at the page
+            try:
+                page = await client.get(ROOM_PATH)  # the page inside: its form carries the CSRF token to post
+                found = CSRF_FIELD.search(page.text)
+                if page.status_code == 200 and found:
+                    bought = await client.post(ROOM_PATH + "buy/", data={"csrfmiddlewaretoken": found.group(1)})
+                    tally.statuses[bought.status_code] += 1
+            except httpx.HTTPError:
+                tally.errors += 1
+
+
 def progress_line(tallies: dict[str, Tally], started: float) -> str:
     total = Tally()
     for tally in tallies.values():
@@ -113,12 +150,20 @@ def summary(tallies: dict[str, Tally]) -> Table:
     return table
 
 
-async def run(base_url: str, paths: list[str], concurrency: int, duration: float, console: Console) -> dict[str, Tally]:
+async def run(
+    base_url: str, paths: list[str], concurrency: int, duration: float, console: Console, visitors: int = 0
+) -> dict[str, Tally]:
     tallies = {path: Tally() for path in paths}
+    if visitors:
+        tallies[ROOM_LABEL] = Tally()
     started = time.monotonic()
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=30) as client:
         tasks = [asyncio.create_task(worker(client, paths, i, started + duration, tallies)) for i in range(concurrency)]
+        tasks += [
+            asyncio.create_task(room_visitor(base_url, i, started + duration, tallies[ROOM_LABEL]))
+            for i in range(visitors)
+        ]
         with Live(progress_line(tallies, started), console=console, refresh_per_second=4) as live:
             while not all(task.done() for task in tasks):
                 await asyncio.sleep(0.25)
@@ -140,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--path", action="append", dest="paths", help="a path to load (repeatable)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds")
+    parser.add_argument(
+        "--visitors", type=int, default=20, help="visitors of the launch's waiting room (/launch/) at once; 0: none"
+    )
     return parser
 
 
@@ -149,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     if urlsplit(args.url).hostname not in LOOPBACK:
         parser.error("the load generator only targets this machine (127.0.0.1 / localhost)")
     console = make_console()
-    tallies = asyncio.run(run(args.url, args.paths or DEFAULT_PATHS, args.concurrency, args.duration, console))
+    paths = args.paths or DEFAULT_PATHS
+    tallies = asyncio.run(run(args.url, paths, args.concurrency, args.duration, console, args.visitors))
     console.print(summary(tallies))
     return 0
 

@@ -105,6 +105,19 @@ SEMAPHORES = {
     "live": {"limit": 3, "lease": 5, "key": "user_or_ip"},
     # Every request, in dry run: what a site-wide cap of 12 would do, before enforcing it.
     "site": {"limit": 12, "lease": 5},
+    # A launch behind a waiting room: 5 visitors inside at once, a queue page that asks again every 2 s, a
+    # visit of a minute at most. The demo's visitors (make load) all come from 127.0.0.1: no per-address bound.
+    "launch": {
+        "limit": 5,
+        "lease": 20,
+        "waiting_room": {
+            "refresh": 2,
+            "abandon": 8,
+            "session": 60,
+            "client_places": None,
+            "client_tickets_per_minute": None,
+        },
+    },
 }
 SEMAPHORE_MIDDLEWARE_RULES = [
     {"semaphore": "api_per_ip", "path": r"^/api/"},

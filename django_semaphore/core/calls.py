@@ -136,10 +136,13 @@ class Calls:
         """One stripe's step of a striped semaphore's limit change (core/lua/stripe_limit.lua)."""
         return ScriptCall("stripe_limit", self.keys.common, [self.config, generation, phase, action, value])
 
-    def room(self, action: str, metadata: bytes = b"") -> ScriptCall:
-        """A waiting room's operation (core/lua/room.lua): "visit <token> <lease_ms> <hold_ms>", "figures",
-        "let_in <n>" or "queue_all <0|1>"."""
-        return ScriptCall("room", [*self.keys.common, self.keys.room], [self.config, action.encode(), metadata])
+    def room(self, action: str, metadata: bytes = b"", client: str | None = None) -> ScriptCall:
+        """A waiting room's operation (core/lua/room.lua): "visit <token> <lease_ms> <hold_ms> <renew> <places>
+        <per_minute>", "figures", "let_in <n>" or "queue_all <0|1>"; ``client``: the visitor's address, hashed."""
+        keys = [*self.keys.common, self.keys.room]
+        if client is not None:
+            keys += self.keys.room_client(client)
+        return ScriptCall("room", keys, [self.config, action.encode(), metadata])
 
 
 # -- what an acquire takes -----------------------------------------------------------------------

@@ -25,10 +25,11 @@ Errors:
   deploy may bring a newer release's option to an older process).
 - E020 a ``waiting_room`` has a wrong value, or its entry sets what a room cannot
   honour (``key``, a ``weight`` other than 1, ``wait`` > 0, ``fair: False``, an
-  adaptive limit, ``replicas``).
+  adaptive limit, ``replicas``), or bypasses an unsafe method (POST, PUT...) without saying it means to.
 - E022 ``stripes`` is not an integer from 1 to 256, or a striped entry has a ``key`` or a
   ``waiting_room``, a limit (an adaptive ``min``) below its stripes, or a ``weight`` above a
   stripe's part of the limit.
+- E023 two waiting rooms share one cookie name.
 
 Not checked: ``replicas`` > 0 with a Redis Cluster connection factory, which
 only calling the factory (opening a connection) would reveal; the first
@@ -55,7 +56,7 @@ from .adaptive import adaptive_problems, keyed_problem
 from .conf import MAX_SECONDS, ON_ERROR_CHOICES, app_setting, option_problems, unknown_option_problems
 from .connection import BUILT_IN_BACKEND, DJANGO_REDIS_BACKEND, backend_kind
 from .redis_keys import check_prefix
-from .room_options import room_problems
+from .room_options import RoomOptions, has_room, room_problems, shared_cookies
 from .stripe_options import stripe_problems
 
 APP = "django_semaphore"
@@ -266,4 +267,17 @@ def check_semaphores(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
         messages += [error(20, problem, hint) for problem in room_problems(name, options)]
         hint = "See the docs, guides/scaling.md (Stripes)."
         messages += [error(22, problem, hint) for problem in stripe_problems(name, options)]
+    hint = "Give each room its own 'cookie' (the default, semaphore_room_<name>, is)."
+    messages += [error(23, problem, hint) for problem in shared_cookies(_rooms(raw))]
     return messages
+
+
+def _rooms(raw: Mapping[str, Any]) -> dict[str, RoomOptions]:
+    """The declared rooms whose options are valid (a wrong one is E020's), by name."""
+    rooms = {}
+    for name, options in raw.items():
+        if isinstance(options, Mapping) and has_room(options) and not room_problems(name, options):
+            room = RoomOptions.from_option(str(name), options.get("waiting_room"))
+            if room is not None:
+                rooms[str(name)] = room
+    return rooms

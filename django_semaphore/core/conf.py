@@ -301,8 +301,17 @@ class SemaphoreConfig:
         if stripe is not None:
             limit, adaptive = self.stripe_limit(stripe), self.stripe_adaptive(stripe)
         text = f"{limit} {ttl_ms} {every_ms} {HISTORY_KEEP} {idle_ms} {int(self.fair)} {int(whole)}"
-        # A room (never adaptive: E020) ends with " room": the scripts treat its line as visitors' (common.lua).
-        return (text + (adaptive.wire() if adaptive else " room" if self.room else "")).encode()
+        # A room (never adaptive: E020) ends with " room": the scripts treat its line as visitors' (common.lua);
+        # its launch mode adds the opening (ms) and new visitors a minute (0: none).
+        if self.room is not None:
+            room = self.room
+            launch = (
+                f" {room.opens_ms} {room.new_users_per_minute or 0}"
+                if room.opens_ms or room.new_users_per_minute
+                else ""
+            )
+            return (text + " room" + launch).encode()
+        return (text + (adaptive.wire() if adaptive else "")).encode()
 
     @cached_property
     def _wire_stripes(self) -> tuple[bytes, ...]:

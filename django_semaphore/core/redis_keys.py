@@ -125,6 +125,10 @@ class SemaphoreKeys:
         """A waiting room's admission samples (HASH, see core/lua/room.lua)."""
         return self.base + "room"
 
+    def room_client(self, client: str) -> tuple[str, str]:
+        """A waiting room's client address (hashed, ``hash_partition``): its places, and its bucket of new ones."""
+        return f"{self.base}client:{client}", f"{self.base}client-new:{client}"
+
     @cached_property
     def wake_prefix(self) -> str:
         """What a waiter's wake list's name starts with; its token follows. Built once: it is used on every call."""

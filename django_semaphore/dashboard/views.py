@@ -164,11 +164,26 @@ def _decorate(model_admin: DashboardAdmin, row: dict[str, Any]) -> dict[str, Any
         part["level"] = "paused" if part["limit"] == 0 else _level(part["utilisation"])
         part["bar_width"] = 100 if part["limit"] == 0 else min(round(part["utilisation"] * 100), 100)
     if row.get("room"):
-        since = datetime.fromtimestamp(row["room"]["since_ms"]["abandoned"] / 1000, dt_timezone.utc)
-        row["room"]["abandoned_since"] = timezone.localtime(since).strftime("%Y-%m-%d %H:%M:%S")
+        _shown_room(row["room"])
     if "history" in row and row["now_ms"] is not None:
         row["chart"] = utilisation_chart(row["history"], row["limit"], row["now_ms"], row["used"], row["waiting"])
     return row
+
+
+def _shown_room(room: dict[str, Any]) -> None:
+    """A waiting room's figures as the card and the page show them: times as people read them."""
+
+    def when(ms: int) -> str:
+        return timezone.localtime(datetime.fromtimestamp(ms / 1000, dt_timezone.utc)).strftime("%Y-%m-%d %H:%M:%S")
+
+    room["abandoned_since"] = when(room["since_ms"]["abandoned"])
+    full = room.get("full_since_ms")
+    room["full_since_shown"] = when(full) if full else _("not full")
+    eta = room.get("eta_last_seconds")
+    room["eta_last_shown"] = "-" if not room["waiting"] else _("unknown") if eta is None else duration(eta)
+    for key in ("time_in_line", "time_inside"):
+        p50, p95 = room.get(f"{key}_p50_s"), room.get(f"{key}_p95_s")
+        room[f"{key}_shown"] = "-" if p50 is None else f"{duration(p50)} / {duration(p95)}"
 
 
 def _unavailable(model_admin: DashboardAdmin, request: HttpRequest, exc: Exception) -> HttpResponse:

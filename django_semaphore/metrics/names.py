@@ -19,6 +19,9 @@ ERROR_TYPE = "error.type"
 ON_ERROR = "django_semaphore.on_error"
 DRY_RUN = "django_semaphore.dry_run"
 KEY = "django_semaphore.key"
+ROOM_STATE = "django_semaphore.room.state"
+ROOM_STAGE = "django_semaphore.room.stage"
+QUANTILE = "django_semaphore.room.quantile"
 LABELS = {
     NAME: "name",
     STATE: "state",
@@ -29,6 +32,9 @@ LABELS = {
     ON_ERROR: "on_error",
     DRY_RUN: "dry_run",
     KEY: "key",
+    ROOM_STATE: "state",
+    ROOM_STAGE: "stage",
+    QUANTILE: "quantile",
 }
 
 USED, FREE = "used", "free"
@@ -64,6 +70,46 @@ ADAPTIVE_TARGET = (
     "django_semaphore.adaptive.target",
     "s",
     "The average hold above which an adaptive limit is cut: its target, or its best window's times its tolerance.",
+)
+
+
+# A waiting room's people (the room family: counted in visitors, not in requests or permits).
+INSIDE, WAITING = "inside", "waiting"
+LINE = "line"
+ROOM_VISITORS = (
+    "django_semaphore.room.visitors",
+    "{visitor}",
+    "A waiting room's visitors: in line (state=waiting) and inside (state=inside).",
+)
+ROOM_RATE = (
+    "django_semaphore.room.admission.rate",
+    "{visitor}/s",
+    "Visitors a waiting room lets in from its line per second: the rate its estimated waits divide by (0 unknown).",
+)
+ROOM_WAIT = (
+    "django_semaphore.room.wait.estimate",
+    "s",
+    "The longest estimated wait a waiting room shows: its last in line's (absent while nobody waits or unknown).",
+)
+ROOM_FULL = (
+    "django_semaphore.room.full.duration",
+    "s",
+    "How long a waiting room's line has not been empty (0 while nobody waits).",
+)
+ROOM_TIME = (
+    "django_semaphore.room.time",
+    "s",
+    "A waiting room's visitors' time in line (stage=line) and inside (stage=inside), by quantile (0.5, 0.95).",
+)
+ROOM_ABANDONED = (
+    "django_semaphore.room.abandoned",
+    "{visitor}",
+    "Places in a waiting room's line abandoned: their visitors stopped asking.",
+)
+ROOM_TURNED_AWAY = (
+    "django_semaphore.room.turned_away",
+    "{visitor}",
+    "New places a waiting room refused (a client address's bounds): real refusals, not polls of people in line.",
 )
 
 

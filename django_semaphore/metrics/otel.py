@@ -16,13 +16,13 @@ instances, not ``sum``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..core import __version__
 from ..core.series import OTHER
 from ..core.tally import BOUNDS, DRY_RUN, RELEASED, tally
-from . import names
+from . import names, room_points
 from .names import FREE, USED
 from .reading import Cached, SemaphoreReading
 
@@ -108,6 +108,12 @@ class Observed:
         readings = self.cached.get()
         return self._observations((r.hold_s, {names.NAME: r.name}) for r in readings if r.hold_s is not None)
 
+    def room(
+        self, points: Callable[[list[SemaphoreReading]], Iterator[tuple[float, Attributes]]]
+    ) -> Callable[..., Any]:
+        """The callback of one of the room family's instruments (room_points.py)."""
+        return lambda options: self._observations(points(self.cached.get()))
+
     def target(self, options: Any) -> list[Any]:
         readings = self.cached.get()
         return self._observations((r.target_s, {names.NAME: r.name}) for r in readings if r.target_s is not None)
@@ -168,6 +174,10 @@ def install(meter_provider: Any = None, *, again: bool = False) -> Instruments |
         (names.ADAPTIVE_TARGET, observed.target),
     ):
         meter.create_observable_gauge(name, callbacks=[callback], unit=unit, description=description)
+    for (name, unit, description), points in room_points.GAUGES:
+        meter.create_observable_gauge(name, callbacks=[observed.room(points)], unit=unit, description=description)
+    for (name, unit, description), points in room_points.COUNTERS:
+        meter.create_observable_counter(name, callbacks=[observed.room(points)], unit=unit, description=description)
     tally.listeners.append(instruments)
     _installed = instruments
     return instruments

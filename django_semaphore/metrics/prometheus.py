@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 
 from ..core.series import OTHER
 from ..core.tally import ACQUIRED, BOUNDS, BUCKETS, DRY_RUN, REASONS, RELEASED, RESULTS
-from . import names
+from . import names, room_points
 from .names import FREE, USED, prometheus_name
 from .reading import SemaphoreReading
 
@@ -110,7 +110,16 @@ def render(readings: list[SemaphoreReading]) -> str:
     lines += _counter(names.LOST, _lost(readings))
     lines += _gauge(names.ADAPTIVE_HOLD, ((_own(r), r.hold_s) for r in readings if r.hold_s is not None))
     lines += _gauge(names.ADAPTIVE_TARGET, ((_own(r), r.target_s) for r in readings if r.target_s is not None))
+    for instrument, points in room_points.GAUGES:
+        lines += _gauge(instrument, ((_labelled(attrs), value) for value, attrs in points(readings)))
+    for instrument, points in room_points.COUNTERS:
+        lines += _counter(instrument, ((_labelled(attrs), value) for value, attrs in points(readings)))
     return "\n".join(lines) + "\n"
+
+
+def _labelled(attributes: dict[str, object]) -> Labels:
+    """OpenTelemetry attributes as the endpoint's labels (names.LABELS)."""
+    return tuple((names.LABELS[key], str(value)) for key, value in attributes.items())
 
 
 def _own(reading: SemaphoreReading, *more: tuple[str, str]) -> Labels:

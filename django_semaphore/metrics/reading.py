@@ -19,7 +19,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..core import scripts, series, stripe_status, vanished
+from ..core import scripts, series, stripe_status, vanished, visits
 from ..core.adaptive import state_float, state_int
 from ..core.conf import declared, key_prefix
 from ..core.connection import get_client
@@ -28,6 +28,7 @@ from ..core.redis_keys import SemaphoreKeys
 from ..core.replies import SemaphoreStatus
 from ..core.semaphore import Semaphore, get_semaphore
 from ..core.tally import Totals, read_totals
+from ..core.visits import RoomReply
 from .conf import metrics_setting
 from .names import ADAPTIVE, STATIC
 from .partitions import Partitions, read_partitions
@@ -55,6 +56,9 @@ class SemaphoreReading:
     # An adaptive limit's current window average and the bound it is compared with (seconds).
     hold_s: float | None = None
     target_s: float | None = None
+    # A waiting room's figures (room.lua's, as core/visits.py reads them) and its refresh; None for any other.
+    room: RoomReply | None = None
+    refresh_s: float = 0.0
 
 
 def read() -> list[SemaphoreReading]:
@@ -67,6 +71,7 @@ def read() -> list[SemaphoreReading]:
     try:
         client = get_client()
         statuses = _statuses(client, whole)
+        rooms = _rooms(client, [sem for sem in whole if sem.config.room is not None])
         windows = _windows(client, [sem for sem in whole if sem.config.adaptive is not None])
         counts, placed = _partition_counts(client, keyed, per_partition)
         totals = read_totals(client, names)
@@ -90,6 +95,8 @@ def read() -> list[SemaphoreReading]:
                 status.waiting,
                 hold_s=hold,
                 target_s=target,
+                room=rooms.get(sem.name),
+                refresh_s=sem.config.room.refresh if sem.config.room else 0.0,
             )
         else:
             reading = SemaphoreReading(
@@ -125,6 +132,19 @@ def _statuses(client: Any, sems: list[Semaphore]) -> dict[str, SemaphoreStatus]:
         found[sem.name] = (
             parts[0] if len(parts) == 1 else stripe_status.merged(sem.name, sem.config.limit, None, parts, None)
         )
+    return found
+
+
+def _rooms(client: Any, sems: list[Semaphore]) -> dict[str, RoomReply]:
+    """Each waiting room's figures, all in one round trip (a room purging a burst of lapsed places is asked
+    again on its own until it answers: core/visits.py)."""
+    replies = scripts.run_pipeline(client, [sem.calls.room("figures") for sem in sems])
+    found = {}
+    for sem, reply in zip(sems, replies, strict=True):
+        if isinstance(reply, Exception):
+            raise reply
+        parsed = RoomReply.parse(reply)
+        found[sem.name] = visits.figures(sem) if parsed.code == visits.AGAIN else parsed
     return found
 
 

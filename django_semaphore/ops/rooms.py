@@ -3,10 +3,10 @@
 ``semaphore_status`` (its ``--json`` under each room's ``room`` key), the
 dashboard and ``semaphore_room`` show and act through these. Every figure
 says since when it counts (``since_ms``, the server's clock): visitors
-inside and in line are counted now; the admission rate, and the estimated
-wait of the last in line that divides by it, over the last 5 minutes (or
-since the room first counted, if that is later); abandoned places since the
-room first counted. Pausing a room is the semaphore's own pause
+inside and in line are counted now; the admission rate (the one estimated
+waits divide by), and the estimated wait of the last in line, over the last
+minute or since the room's latest change of pace, if that is later;
+abandoned places since the room first counted. Pausing a room is the semaphore's own pause
 (``ops/pausing.py``: a limit of 0).
 """
 
@@ -33,14 +33,23 @@ def room_dict(reply: RoomReply, sem: Semaphore) -> dict[str, Any]:
         "inside": reply.used,
         "waiting": reply.waiting,
         "admitted_per_minute": reply.per_minute,
-        "eta_last_seconds": reply.eta_seconds(last_ahead) if reply.waiting else None,
+        "eta_last_seconds": reply.eta_seconds(last_ahead, room.refresh) if reply.waiting else None,
         "abandoned": reply.abandoned,
+        "turned_away": reply.turned_away,
+        "time_in_line_p50_s": reply.time_percentile(reply.time_in_line, 0.5),
+        "time_in_line_p95_s": reply.time_percentile(reply.time_in_line, 0.95),
+        "time_inside_p50_s": reply.time_percentile(reply.time_inside, 0.5),
+        "time_inside_p95_s": reply.time_percentile(reply.time_inside, 0.95),
+        "full_since_ms": reply.full_since_ms or None,
         "since_ms": {
             "inside": reply.now_ms,
             "waiting": reply.now_ms,
             "admitted_per_minute": window_start,
             "eta_last_seconds": window_start,
             "abandoned": reply.since_ms,
+            "turned_away": reply.since_ms,
+            "time_in_line": reply.since_ms,
+            "time_inside": reply.since_ms,
         },
         "admitted": reply.admitted,
         "limit": reply.limit,

@@ -71,25 +71,63 @@ def updated_at(reply: RoomReply) -> datetime:
     return datetime.fromtimestamp(reply.now_ms / 1000, dt_timezone.utc)
 
 
-def status_document(reply: RoomReply, options: RoomOptions) -> dict[str, Any]:
-    """The JSON a client waiting its turn reads: these four keys, always."""
-    return {
-        "position": reply.position,
-        "eta_seconds": reply.eta_seconds(reply.position - 1),
+def pre_queued(reply: RoomReply, options: RoomOptions) -> bool:
+    """The launch's pre-queue: before its opening, places are shuffled at the opening, so none is shown."""
+    return bool(options.opens_ms) and reply.now_ms < options.opens_ms
+
+
+def _moment(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, dt_timezone.utc).isoformat(timespec="seconds")
+
+
+def status_document(reply: RoomReply, options: RoomOptions, work: str | None = None) -> dict[str, Any]:
+    """The JSON a client waiting its turn reads: these four keys, and ``opens_at`` in a launch's room.
+
+    In the pre-queue (before the opening) ``position`` and ``eta_seconds``
+    are null: every pre-queued visitor's place is drawn at the opening.
+    """
+    early = pre_queued(reply, options) or work is not None
+    document: dict[str, Any] = {
+        "position": None if early else reply.position,
+        "eta_seconds": None if early else reply.eta_seconds(reply.position - 1, options.refresh),
         "refresh_seconds": options.refresh,
         "updated_at": updated_at(reply).isoformat(timespec="seconds"),
     }
+    if options.opens_ms:
+        document["opens_at"] = _moment(options.opens_ms)
+    if work is not None:
+        # No place yet: it costs a proof of work (web/room_proof.py), sent with the next request.
+        document["challenge"] = work
+        document["difficulty"] = options.proof_of_work
+    return document
 
 
-def queue_answer(request: HttpRequest, name: str, options: RoomOptions, reply: RoomReply) -> HttpResponse:
-    """The answer to a request of a visitor in line (its ticket is set by the caller)."""
-    document = status_document(reply, options)
+def not_yet(request: HttpRequest, options: RoomOptions, reply: RoomReply) -> HttpResponse:
+    """Before a launch's pre-queue: no place yet; 503 with Retry-After until it opens."""
+    retry = max(math.ceil((options.prequeue_ms - reply.now_ms) / 1000), 1)
+    document = {"prequeue_at": _moment(options.prequeue_ms), "opens_at": _moment(options.opens_ms)}
+    if prefers_json(request):
+        response = HttpResponse(json.dumps(document), content_type="application/json", status=503)
+    else:
+        body = loader.render_to_string(NOT_YET_TEMPLATE, document, request)
+        response = HttpResponse(body, status=503)
+    response["Retry-After"] = str(retry)
+    add_never_cache_headers(response)
+    return response
+
+
+def queue_answer(
+    request: HttpRequest, name: str, options: RoomOptions, reply: RoomReply, work: str | None = None
+) -> HttpResponse:
+    """The answer to a request of a visitor in line, or (``work``: its challenge) of one who must solve a proof
+    of work to take a place (its ticket is set by the caller)."""
+    document = status_document(reply, options, work)
     if prefers_json(request):
         response = HttpResponse(json.dumps(document), content_type="application/json", status=options.status)
     else:
         context = {
             "room": name,
-            "position": reply.position,
+            "position": document["position"] if document["position"] is not None else "-",
             "ahead": max(reply.position - 1, 0),
             "eta_seconds": document["eta_seconds"],
             "eta": eta_text(document["eta_seconds"]),
@@ -101,11 +139,46 @@ def queue_answer(request: HttpRequest, name: str, options: RoomOptions, reply: R
             "paused": reply.paused,
             "poll_header": HEADER,
             "poll_value": POLL,
+            "challenge": work or "",
+            "difficulty": options.proof_of_work if work else 0,
         }
         body = loader.render_to_string(options.template, context, request)
         response = HttpResponse(body, status=options.status)
     response["Retry-After"] = str(options.retry_after)
     response[PAUSED_HEADER] = "1" if reply.paused else "0"
+    add_never_cache_headers(response)
+    return response
+
+
+REFUSED_TEMPLATE = "django_semaphore/waiting_room_refused.html"
+NOT_YET_TEMPLATE = "django_semaphore/waiting_room_not_yet.html"
+# A refusal's status: too many requests from one client address.
+REFUSED_STATUS = 429
+
+
+def refused_after(options: RoomOptions, reason: str) -> int:
+    """Seconds until the bound that refused a new place may allow one: a place of the client's lapses within
+    an abandon time; its bucket of new places gains one in a minute / the bound."""
+    if reason == "new" and options.client_tickets_per_minute:
+        return max(math.ceil(60 / options.client_tickets_per_minute), 1)
+    return max(math.ceil(options.abandon), 1)
+
+
+def refusal(request: HttpRequest, options: RoomOptions, reason: str) -> HttpResponse:
+    """The answer to a new place its client address may not take: 429, no place, ask again later.
+
+    JSON: ``{"refused": "places" | "new", "retry_after_seconds": n}``; HTML:
+    the template ``django_semaphore/waiting_room_refused.html``.
+    """
+    retry = refused_after(options, reason)
+    if prefers_json(request):
+        document = {"refused": reason, "retry_after_seconds": retry}
+        response = HttpResponse(json.dumps(document), content_type="application/json", status=REFUSED_STATUS)
+    else:
+        context = {"reason": reason, "retry_after": retry}
+        body = loader.render_to_string(REFUSED_TEMPLATE, context, request)
+        response = HttpResponse(body, status=REFUSED_STATUS)
+    response["Retry-After"] = str(retry)
     add_never_cache_headers(response)
     return response
 

@@ -29,16 +29,19 @@ from urllib.parse import urlparse
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
+from django.utils.crypto import salted_hmac
 
 from ..core import visits
 from ..core.errors import BackendUnavailable
 from ..core.failure_policy import agive_back, give_back
 from ..core.permit import Permit
+from ..core.redis_keys import hash_partition
 from ..core.renewal import renewer
-from ..core.room_options import RoomOptions
+from ..core.room_options import SAFE_METHODS, RoomOptions
 from ..core.semaphore import Semaphore, get_semaphore
 from ..core.visits import RoomReply
-from . import room_page, room_tickets
+from . import room_page, room_proof, room_tickets
+from .partition_keys import client_ip
 from .response_log import log_answer
 
 if TYPE_CHECKING:
@@ -63,6 +66,8 @@ class Visit:
     secure: bool = False
     # The visit ends with this response (Semaphore-Room: end), or ended already (end_visit).
     ending: bool = False
+    # The request's method is a safe one (GET, HEAD...): it may not end a visit (ends_by_safe_method).
+    safe: bool = False
     _dressed: bool = field(default=False, repr=False)
     _closed: bool = field(default=False, repr=False)
 
@@ -77,7 +82,7 @@ class Visit:
 
     @property
     def eta_seconds(self) -> float | None:
-        return None if self.inside else self.reply.eta_seconds(self.position - 1)
+        return None if self.inside else self.reply.eta_seconds(self.position - 1, self.options.refresh)
 
     @property
     def answers(self) -> bool:
@@ -85,9 +90,16 @@ class Visit:
         return self.poll and self.inside
 
     def answer(self, request: HttpRequest) -> HttpResponseBase:
-        """The room's own answer: the queue page (or its JSON) in line, "come in" to a poll let in."""
+        """The room's own answer: the queue page (or its JSON) in line, "come in" to a poll let in, or a refusal."""
         if self.inside:
             response: HttpResponseBase = room_page.come_in()
+        elif self.reply.refused:
+            response = room_page.refusal(request, self.options, self.reply.refused)
+        elif self.reply.code == visits.NOT_YET:
+            response = room_page.not_yet(request, self.options, self.reply)
+        elif self.reply.code == visits.CHALLENGE:
+            work = room_proof.challenge(self.name, self.visitor, self.options.proof_of_work)
+            response = room_page.queue_answer(request, self.name, self.options, self.reply, work)
         else:
             response = room_page.queue_answer(request, self.name, self.options, self.reply)
         self.dress(response)
@@ -100,13 +112,17 @@ class Visit:
             return
         self._dressed = True
         if response.has_header(room_page.HEADER):
-            if response[room_page.HEADER].strip().lower() == room_page.END:
+            if response[room_page.HEADER].strip().lower() == room_page.END and not refused_by_method(self):
                 self.ending = True
             del response[room_page.HEADER]
         room_tickets.give(response, self.secure, self.name, self.options, self.visitor, self.lease)
 
     def close(self) -> None:
-        """The response is over: the visit runs ``lease`` from now, or ends (the next in line is let in)."""
+        """The response is over: the visit runs ``lease`` from now, or ends (the next in line is let in).
+
+        A poll the room answered itself ("come in") leaves the visit as it
+        is: only requests the view answers keep a visit going.
+        """
         permit = self._closing()
         if permit is None:
             return
@@ -136,6 +152,8 @@ class Visit:
             return None
         self._closed = True
         renewer.forget(self.permit)
+        if self.answers and not self.ending:
+            return None
         return None if self.permit.released else self.permit
 
     def forget(self) -> None:
@@ -144,7 +162,9 @@ class Visit:
             renewer.forget(self.permit)
 
     def end_now(self) -> bool:
-        """End the visit at once (``end_visit``): True if it was inside."""
+        """End the visit at once (``end_visit``): True if it was inside (never on a safe method)."""
+        if refused_by_method(self):
+            return False
         self.ending = True
         if self.permit is None or self.permit.released:
             return False
@@ -153,12 +173,41 @@ class Visit:
         return True
 
     async def aend_now(self) -> bool:
+        if refused_by_method(self):
+            return False
         self.ending = True
         if self.permit is None or self.permit.released:
             return False
         renewer.forget(self.permit)
         await agive_back(self.permit)
         return True
+
+
+# Rooms whose visit a safe method was refused the end of, in this process: the warning is logged once each.
+_warned: set[str] = set()
+
+
+def refused_by_method(visit: Visit | str, method: str | None = None) -> bool:
+    """A request of a safe method (GET, HEAD...) may not end a visit: True (and one warning) when it tried.
+
+    Such a request may come from another site: a link, a redirect or a
+    top-level navigation carries the ticket (SameSite=Lax), so a page
+    anywhere could end a visitor's visit. A visit ends on a POST, which
+    Django's CSRF protection guards (the guide's examples do so).
+    """
+    name = visit if isinstance(visit, str) else visit.name
+    safe = (method or "GET").upper() in SAFE_METHODS if isinstance(visit, str) else visit.safe
+    if not safe:
+        return False
+    if name not in _warned:
+        _warned.add(name)
+        logger.warning(
+            "A %s request tried to end a visit of waiting room %r: visits end only on POST (or another method "
+            "Django's CSRF protection guards), since any site can make a browser send a GET. Nothing ended.",
+            method or "GET",
+            name,
+        )
+    return True
 
 
 # -- who passes by ----------------------------------------------------------------------------------------
@@ -183,7 +232,8 @@ def _passes_by_request(request: HttpRequest, options: RoomOptions) -> bool:
         return True
     if request.method in options.bypass_methods:
         return True
-    return any(re.match(pattern, request.path_info) for pattern in options.bypass_paths)
+    # Whole paths: "^/shop/health" must not let "/shop/healthz/private" through.
+    return any(re.fullmatch(pattern, request.path_info) for pattern in options.bypass_paths)
 
 
 def _passes_by_user(request: HttpRequest, options: RoomOptions) -> bool:
@@ -191,7 +241,7 @@ def _passes_by_user(request: HttpRequest, options: RoomOptions) -> bool:
     user = getattr(request, "user", None)
     if user is None or not getattr(user, "is_authenticated", False):
         return False
-    if getattr(user, "is_staff", False):
+    if options.bypass_staff and getattr(user, "is_staff", False):
         return True
     return options.bypass_permission is not None and bool(user.has_perm(options.bypass_permission))
 
@@ -220,22 +270,55 @@ def _options(sem: Semaphore) -> RoomOptions:
 # -- which visitor, and what the room says ---------------------------------------------------------------
 
 
-def _asked(request: HttpRequest, sem: Semaphore) -> tuple[str, str]:
-    """The request's visitor (its ticket's, or a new one) and the label operators see next to its visit."""
-    visitor = room_tickets.read(request, sem.name, _options(sem)) or room_tickets.new_visitor()
-    return visitor, f"{request.method} {request.path}"[:LABEL_LIMIT]
+@dataclass(frozen=True)
+class _Asked:
+    """What a request asks the room: its visitor (its ticket's, or a new one), the label operators see next to
+    its visit, whether it renews a visit inside (the view answers it), and its client address, hashed."""
+
+    visitor: str
+    label: str
+    renew: bool
+    client: str | None
+    shuffled: int = 0
+    proven: bool = False
+
+
+def _asked(request: HttpRequest, sem: Semaphore) -> _Asked:
+    options = _options(sem)
+    visitor = room_tickets.read(request, sem.name, options) or room_tickets.new_visitor()
+    bounded = options.client_places is not None or options.client_tickets_per_minute is not None
+    address = client_ip(request) if bounded else None
+    return _Asked(
+        visitor,
+        f"{request.method} {request.path}"[:LABEL_LIMIT],
+        renew=not room_page.is_poll(request),
+        client=None if address is None else hash_partition(f"ip:{address}"),
+        shuffled=shuffled_place(sem.name, options, visitor),
+        proven=bool(options.proof_of_work) and room_proof.verified(request, sem.name, visitor, options.proof_of_work),
+    )
+
+
+def shuffled_place(name: str, options: RoomOptions, visitor: str) -> int:
+    """The place (1 to 2^40) a launch's pre-queue, or a random-order room, gives the visitor: a keyed hash of its
+    ticket's id, with the site's SECRET_KEY and the room's opening. Nobody without the key can tell which tickets
+    land ahead, so the fastest script wins nothing; a visitor keeps its place request after request. 0 without."""
+    if not options.opens_ms and options.queueing != "random":
+        return 0
+    digest = salted_hmac(f"django_semaphore.room_shuffle:{name}:{options.opens_ms}", visitor).digest()
+    return int.from_bytes(digest[:5], "big") + 1
 
 
 def _visit(request: HttpRequest, sem: Semaphore, visitor: str, reply: RoomReply, permit: Permit | None) -> Visit:
     visit = Visit(
         sem.name,
         _options(sem),
-        sem.config.lease,
+        visits.visit_lease(sem),
         visitor,
         reply,
         permit,
         poll=room_page.is_poll(request),
         secure=request.is_secure(),
+        safe=(request.method or "GET").upper() in SAFE_METHODS,
     )
     if permit is not None and not visit.answers:
         renewer.track(permit)  # a response longer than the lease keeps the visit alive until it is over
@@ -244,15 +327,33 @@ def _visit(request: HttpRequest, sem: Semaphore, visitor: str, reply: RoomReply,
 
 def visit(request: HttpRequest, sem: Semaphore) -> Visit:
     """Run the request's visit of the room ``sem`` (one round trip)."""
-    visitor, label = _asked(request, sem)
-    reply, permit = visits.visit(sem, room_tickets.token(visitor), label)
-    return _visit(request, sem, visitor, reply, permit)
+    asked = _asked(request, sem)
+    token = room_tickets.token(asked.visitor)
+    reply, permit = visits.visit(
+        sem,
+        token,
+        asked.label,
+        renew=asked.renew,
+        client=asked.client,
+        shuffled=asked.shuffled,
+        proven=asked.proven,
+    )
+    return _visit(request, sem, asked.visitor, reply, permit)
 
 
 async def avisit(request: HttpRequest, sem: Semaphore) -> Visit:
-    visitor, label = _asked(request, sem)
-    reply, permit = await visits.avisit(sem, room_tickets.token(visitor), label)
-    return _visit(request, sem, visitor, reply, permit)
+    asked = _asked(request, sem)
+    token = room_tickets.token(asked.visitor)
+    reply, permit = await visits.avisit(
+        sem,
+        token,
+        asked.label,
+        renew=asked.renew,
+        client=asked.client,
+        shuffled=asked.shuffled,
+        proven=asked.proven,
+    )
+    return _visit(request, sem, asked.visitor, reply, permit)
 
 
 def dress(response: HttpResponseBase, rooms: Iterable[Visit | None]) -> None:

@@ -15,4 +15,6 @@ urlpatterns = [
     path("api/health/", api.health, name="api-health"),
     path("rest/orders/", rest.Orders.as_view(), name="rest-orders"),
     path("live/", views.live, name="live"),
+    path("launch/", views.launch, name="launch"),
+    path("launch/buy/", views.launch_buy, name="launch-buy"),
 ]

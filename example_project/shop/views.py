@@ -23,6 +23,7 @@ from django.views import View
 from django.views.decorators.http import require_POST
 
 from django_semaphore.decorators import semaphore
+from django_semaphore.waiting_room import end_visit
 
 from .catalogue import PRODUCTS, matching, work_seconds
 from .tasks import refresh_supplier_prices
@@ -135,3 +136,17 @@ class InventoryView(View):
         counted = {"counted_at": timezone.now().isoformat(), "stock": {product.sku: 12 for product in PRODUCTS}}
         cache.set(INVENTORY_CACHE_KEY, counted, timeout=None)
         return JsonResponse({**counted, "fresh": True})
+
+
+@semaphore("launch")
+def launch(request: HttpRequest) -> HttpResponse:
+    """The new lamp's launch page, behind a waiting room: 5 visitors inside at once, the others in line."""
+    return render(request, "shop/launch.html", {"limit": settings.SEMAPHORES["launch"]["limit"]})
+
+
+@require_POST
+@semaphore("launch")
+def launch_buy(request: HttpRequest) -> HttpResponse:
+    """The purchase: the visit ends here (a POST, CSRF-protected), so the next in line is let in at once."""
+    end_visit(request)
+    return render(request, "shop/launch.html", {"bought": True, "limit": settings.SEMAPHORES["launch"]["limit"]})

@@ -177,8 +177,9 @@ def test_queue_all_sends_every_newcomer_through_the_line_which_still_moves(setti
 def test_a_paused_room_lets_nobody_in_and_has_no_estimate(settings) -> None:
     sem = room(settings, limit=1)
     line_up(sem, "a", "b", "c", "d")
+    time.sleep(0.02)
     visits.end(sem, "a")
-    visits.end(sem, "b")  # two let in from the line: the rate is known
+    visits.end(sem, "b")  # two visits ended: the rate is known
     a_millisecond_later()
     assert visit(sem, "d").eta_seconds(1) is not None
     sem.set_limit(0)
@@ -188,20 +189,42 @@ def test_a_paused_room_lets_nobody_in_and_has_no_estimate(settings) -> None:
     assert reply.eta_seconds(0) is None
 
 
-def test_the_estimate_waits_for_two_visitors_let_in_from_the_line(settings) -> None:
+def test_the_estimate_waits_for_two_visitors_let_in_from_the_line_while_no_visit_ended(settings) -> None:
     sem = room(settings, limit=2)
     line_up(sem, "a", "b", "c", "d", "e", "f")
     reply = visit(sem, "f")
     assert reply.admitted == 2 and reply.eta_seconds(3) is None  # the two who walked in say nothing of the line
-    visits.end(sem, "a")
-    assert visit(sem, "f").eta_seconds(2) is None  # one let in from the line
-    visits.end(sem, "b")
+    assert reply.full_since_ms == reply.pace_ms > 0  # the line formed when c came
+    visits.let_in(sem, 1)  # an operator lets one in: the line's first move (its pace is measured from there)
+    visits.let_in(sem, 1)  # one admission measured, no visit ended
+    a_millisecond_later()
+    assert visit(sem, "f").eta_seconds(1) is None
+    visits.let_in(sem, 1)
     a_millisecond_later()
     reply = visit(sem, "f")
-    assert reply.window_from_line == 2 and reply.window_admitted == 4
+    assert reply.window_from_line == 2 and reply.window_admitted == 2 and reply.visit_ms == 0
     rate = reply.per_second
-    assert rate is not None and reply.eta_seconds(reply.position - 1) == round((reply.position - 1) / rate, 1)
-    assert reply.per_minute == round(4 * 60 / reply.window_seconds, 2)
+    assert rate is not None and reply.eta_seconds(reply.position - 1) == round(reply.position / rate, 1)
+    assert reply.per_minute == round(rate * 60, 2)
+
+
+def test_once_visits_ended_the_estimate_weighs_the_limit_every_visit_with_the_line_s_own_pace(settings) -> None:
+    """A line that has just formed moves at about the limit every average visit; its own pace soon outweighs it."""
+    sem = room(settings, limit=2, room={"abandon": 5})
+    line_up(sem, "a", "b", "c", "d", "e")
+    time.sleep(0.2)
+    visits.end(sem, "a")  # a visit of about 0.2 s: c is let in
+    reply = visit(sem, "e")
+    assert 150 <= reply.visit_ms <= 2000 and reply.expected_per_second == 2000 / reply.visit_ms
+    # c's admission was the line's first move: its pace is measured from there, and only the visits speak yet.
+    assert reply.window_from_line == 0 and reply.per_second is not None
+    assert reply.per_second == 3 / (reply.window_ms / 1000 + 3 / reply.expected_per_second)
+    assert reply.eta_seconds(1, refresh=2.0) == round(2 / reply.per_second + 1.0, 1)
+    time.sleep(0.2)
+    visits.end(sem, "b")  # d is let in: one admission measured, weighed with the visits' three
+    reply = visit(sem, "e")
+    assert reply.window_from_line == 1
+    assert reply.per_second == 4 / (reply.window_ms / 1000 + 3 / reply.expected_per_second)
 
 
 def test_a_visit_is_renewed_by_each_request_and_never_shortened(settings, redis_client: redis.Redis) -> None:

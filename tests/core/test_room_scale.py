@@ -68,12 +68,14 @@ def test_a_poll_runs_the_same_commands_at_10_and_at_10000_waiting(settings, admi
     assert (small_position, large_position, middle_position) == (10, 10_000, 5_001)
     print(f"one poll: {sum(small_last.values())} commands at 10 waiting, {sum(large_last.values())} at 10,000")
     assert small_last == large_last == large_middle
-    # The state, the first holder, the line's size and its late waiters, the visitor as holder and in line
-    # (a rank), the samples; its heartbeat and the state's counters written back. Nothing walks the line.
+    # The state, the first holder, the visitors inside (a count), the line's size and its late waiters, the
+    # visitor as holder and in line (a rank), the samples; its heartbeat and the state's counters written
+    # back. Nothing walks the line.
     assert small_last == {
         "time": 1,
         "hmget": 2,
         "zrange": 1,
+        "zcount": 1,
         "zcard": 1,
         "zrangebyscore": 1,
         "zscore": 1,

@@ -242,12 +242,15 @@ def test_a_forked_child_counts_only_its_own_calls() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-def test_each_request_to_a_waiting_room_is_one_attempt(settings: Any) -> None:
+def test_a_waiting_rooms_requests_inside_are_attempts_and_polls_in_line_are_none(settings: Any) -> None:
+    """The polls of people waiting are no refusals (issue 31): only a new place the room refuses is one."""
     from django_semaphore.core import visits
 
-    settings.SEMAPHORES = {"m": {"limit": 1, "lease": 30, "waiting_room": {"refresh": 1}}}
+    settings.SEMAPHORES = {"m": {"limit": 1, "lease": 30, "waiting_room": {"refresh": 1, "client_places": 2}}}
     sem = get_semaphore("m")
-    assert visits.visit(sem, "room-a")[0].inside  # let in: acquired
-    assert visits.visit(sem, "room-a")[0].inside  # already inside: acquired again
-    assert not visits.visit(sem, "room-b")[0].inside  # in line: rejected
+    assert visits.visit(sem, "room-a", client="c")[0].inside  # let in: acquired
+    assert visits.visit(sem, "room-a", client="c")[0].inside  # already inside: acquired again
+    for _ in range(3):
+        assert not visits.visit(sem, "room-b", client="c")[0].inside  # in line, asking again: nothing counted
+    assert visits.visit(sem, "room-c", client="c")[0].refused == visits.PLACES  # a third place refused: rejected
     assert results(written()) == {ACQUIRED: 2, REJECTED: 1}

@@ -31,6 +31,22 @@ def test_the_page_and_its_json_show_the_rooms_figures(viewer: Client) -> None:
     assert plain["room"] is None
 
 
+def test_the_card_and_the_page_show_people_not_polls(viewer: Client) -> None:
+    """The review: the card showed none of the room's figures, and "rejected" counted the polls of people waiting."""
+    sem = get_semaphore("sale")
+    for _ in range(5):
+        visits.visit(sem, "d")  # a visitor in line asking again: no rejection
+    card = viewer.get(url("changelist")).content.decode()
+    assert 'data-field="room.waiting">3<' in card and 'data-field="room.inside">1<' in card
+    assert "full since" in card and "last in line waits" in card and 'data-field="room.turned_away">0<' in card
+    page = viewer.get(url("detail", "sale")).content.decode()
+    for label in ("Full since", "Time in line, median", "Time inside, median", "Turned away since"):
+        assert label in page, label
+    row = viewer.get(url("detail_json", "sale")).json()["semaphores"][0]
+    assert row["counters"]["rejected"] == 0 and row["room"]["turned_away"] == 0
+    assert row["room"]["full_since_ms"] is not None and row["room"]["eta_last_shown"]
+
+
 def test_letting_the_next_in_asks_first_then_lets_them_in_past_the_limit(operator: Client) -> None:
     assert "Let the next" in operator.get(url("detail", "sale")).content.decode()
     confirm = operator.post(url("room", "sale"), {"let_in": "2"})

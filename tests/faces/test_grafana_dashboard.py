@@ -25,8 +25,10 @@ def dashboard() -> dict[str, Any]:
 def exported() -> set[str]:
     """Every series name the endpoint writes (django_semaphore/metrics/prometheus.py)."""
     gauges = [names.USAGE, names.LIMIT, names.WAITERS, names.PARTITIONS, names.ADAPTIVE_HOLD, names.ADAPTIVE_TARGET]
+    gauges += [names.ROOM_VISITORS, names.ROOM_RATE, names.ROOM_WAIT, names.ROOM_FULL, names.ROOM_TIME]
     found = {prometheus_name(name, unit) for name, unit, _ in gauges}
-    found |= {prometheus_name(name, unit) + "_total" for name, unit, _ in (names.ATTEMPTS, names.LOST)}
+    counters = (names.ATTEMPTS, names.LOST, names.ROOM_ABANDONED, names.ROOM_TURNED_AWAY)
+    found |= {prometheus_name(name, unit) + "_total" for name, unit, _ in counters}
     for name, unit, _ in (names.ACQUIRE_DURATION, names.HOLD_DURATION):
         found |= {prometheus_name(name, unit) + suffix for suffix in ("_bucket", "_sum", "_count")}
     return found

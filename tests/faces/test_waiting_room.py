@@ -52,6 +52,13 @@ def inside(client: Client, path: str = "/room/") -> Any:
     return response
 
 
+def ended(client: Client, path: str = "/room/done/") -> Any:
+    """A POST to a view that ends the visit (a GET ends nothing)."""
+    response = client.post(path)
+    assert response.status_code == 200, response.content[:200]
+    return response
+
+
 def waiting(client: Client, **headers: Any) -> dict[str, Any]:
     response = client.get("/room/", **{**JSON, **headers})
     assert response.status_code == 503, response.content[:200]
@@ -163,8 +170,9 @@ def test_the_server_checks_every_request_so_a_visitor_without_javascript_or_a_sc
 def test_the_page_works_without_javascript_and_updates_in_place_with_it() -> None:
     inside(Client())
     page = Client().get("/room/").content.decode()
-    assert '<noscript><meta http-equiv="refresh" content="2"></noscript>' in page
-    assert page.count("http-equiv") == 1  # no refresh outside <noscript>
+    # A refresh for a browser whose script does not run (off, or not served); the script cancels it.
+    assert '<meta http-equiv="refresh" content="2" data-room="refresh">' in page
+    assert page.count("http-equiv") == 1
     assert 'role="status" aria-live="polite"' in page and 'data-room="position">1<' in page
     assert 'src="/static/django_semaphore/js/waiting_room.js"' in page
     assert "<script>" not in page and " style=" not in page  # nothing inline: a strict CSP holds
@@ -175,7 +183,7 @@ def test_the_pages_poll_is_answered_come_in_without_running_the_view() -> None:
     first, second = Client(), Client()
     inside(first)
     assert second.get("/room/", **POLL).status_code == 503
-    inside(first, "/room/done/")
+    ended(first)
     response = second.get("/room/", **POLL)
     assert response.status_code == 204 and response.content == b"" and ticket_of(response).value
     assert "Retry-After" not in response
@@ -186,7 +194,7 @@ def test_a_visit_ends_at_once_by_end_visit_and_the_next_in_line_is_let_in() -> N
     first, second = Client(), Client()
     inside(first)
     waiting(second)
-    assert json.loads(inside(first, "/room/done/").content)["ended"] is True
+    assert json.loads(ended(first).content)["ended"] is True
     assert json.loads(inside(second).content)["inside"] is True
     assert waiting(first)["position"] == 1  # its next request is a new visit: in line
 
@@ -195,7 +203,7 @@ def test_a_visit_ends_by_the_response_header_which_never_leaves() -> None:
     first, second = Client(), Client()
     inside(first)
     waiting(second)
-    response = inside(first, "/room/done-by-header/")
+    response = ended(first, "/room/done-by-header/")
     assert "Semaphore-Room" not in response and ticket_of(response).value
     inside(second)
 
@@ -204,17 +212,17 @@ def test_end_visit_outside_the_room_reads_the_visitors_ticket() -> None:
     first, second = Client(), Client()
     inside(first)
     waiting(second)
-    assert json.loads(second.get("/outside/").content)["ended"] is False  # in line, not inside
-    assert json.loads(first.get("/outside-async/").content)["ended"] is True
+    assert json.loads(second.post("/outside/").content)["ended"] is False  # in line, not inside
+    assert json.loads(first.post("/outside-async/").content)["ended"] is True
     inside(second)
-    assert json.loads(Client().get("/outside/").content)["ended"] is False  # no ticket at all
+    assert json.loads(Client().post("/outside/").content)["ended"] is False  # no ticket at all
 
 
 def test_end_visit_from_an_async_view() -> None:
     first, second = Client(), Client()
     inside(first)
     waiting(second)
-    assert json.loads(inside(first, "/room/done-async/").content) == {"ended": True}
+    assert json.loads(ended(first, "/room/done-async/").content) == {"ended": True}
     inside(second)
 
 
@@ -252,14 +260,20 @@ def test_raise_exception_does_not_apply_to_a_room_whose_visitor_would_lose_its_t
     assert response.status_code == 503 and ticket_of(response).value
 
 
-def test_each_request_is_one_outcome_acquired_inside_full_in_line() -> None:
-    first = Client()
+def test_each_request_is_one_outcome_acquired_inside_full_in_line_and_polls_are_no_rejections(settings) -> None:
+    """The review: 1,705 "rejections" on the dashboard stood for 0 people turned away; they were polls."""
+    first, second = Client(), Client()
     inside(first)
     inside(first)
-    waiting(Client())
-    assert outcomes.counts()["room"] == {"acquired": 2, "full": 1}
+    for _ in range(3):
+        waiting(second)  # one visitor in line, asking again
+    assert outcomes.counts()["room"] == {"acquired": 2, "full": 3}  # the request path's own outcomes
     counters = get_semaphore("room").status().counters
-    assert counters["acquired"] == 2 and counters["rejected"] == 1
+    assert counters["acquired"] == 2 and counters["rejected"] == 0  # what the dashboard and metrics count
+    declare(settings, client_places=2)
+    Client().get("/room/", **JSON)  # the same address's third place: a real refusal
+    counters = get_semaphore("room").status().counters
+    assert counters["rejected"] == 1 and visits.figures(get_semaphore("room")).turned_away == 1
 
 
 @pytest.mark.django_db
@@ -284,6 +298,47 @@ def test_staff_and_users_with_the_permission_pass_by_uncounted(settings) -> None
     client = Client()
     client.force_login(allowed)
     assert client.get("/room/").status_code == 503  # no permission bypasses this room now; staff still do
+    declare(settings, bypass_staff=False)
+    client = Client()
+    client.force_login(staff)
+    assert client.get("/room/").status_code == 503  # staff wait their turn too now
+    assert COOKIE in client.cookies
+
+
+def test_a_get_never_ends_a_visit_since_any_site_can_make_a_browser_send_one(caplog) -> None:
+    """A link or a redirect from anywhere carries the ticket (SameSite=Lax): a GET ends nothing, and says so."""
+    first, second = Client(), Client()
+    inside(first)
+    waiting(second)
+    with caplog.at_level("WARNING", logger="django_semaphore.requests"):
+        assert json.loads(inside(first, "/room/done/").content)["ended"] is False
+        inside(first, "/room/done-by-header/")
+        assert json.loads(first.get("/outside/").content)["ended"] is False
+        assert json.loads(first.get("/outside-async/").content)["ended"] is False
+    assert waiting(second)["position"] == 1 and json.loads(inside(first).content)["inside"] is True
+    warned = [r.getMessage() for r in caplog.records if "tried to end a visit" in r.getMessage()]
+    assert len(warned) == 1 and "visits end only on POST" in warned[0]  # once per room and process
+    assert json.loads(ended(first).content)["ended"] is True  # a POST does
+
+
+def test_the_checks_refuse_rooms_sharing_a_cookie_and_unsafe_methods_passing_by(settings) -> None:
+    settings.SEMAPHORES = {
+        "shop": {"limit": 2, "waiting_room": {"cookie": "queue"}},
+        "tickets": {"limit": 2, "waiting_room": {"cookie": "queue"}},
+        "own": {"limit": 2, "waiting_room": True},
+        "posts": {"limit": 2, "waiting_room": {"bypass_methods": ["HEAD", "post", "DELETE"]}},
+        "posts_knowingly": {"limit": 2, "waiting_room": {"bypass_methods": ["POST"], "bypass_unsafe_methods": True}},
+        "staff_flag": {"limit": 2, "waiting_room": {"bypass_staff": "no"}},
+    }
+    messages = [m for m in run_checks() if m.id in ("django_semaphore.E020", "django_semaphore.E023")]
+    shared = [m.msg for m in messages if m.id == "django_semaphore.E023"]
+    assert shared == [
+        "Waiting rooms 'shop', 'tickets' share the cookie 'queue': each room's ticket replaces the other's, so a "
+        "visitor going from one to the other leaves a place behind each time."
+    ]
+    refused = " ".join(m.msg for m in messages if m.id == "django_semaphore.E020")
+    assert "['bypass_methods'] names POST, DELETE: any client" in refused and "posts_knowingly" not in refused
+    assert "['bypass_staff'] must be True or False" in refused
 
 
 def test_static_files_and_the_rooms_paths_and_methods_pass_by(settings) -> None:
@@ -294,16 +349,18 @@ def test_static_files_and_the_rooms_paths_and_methods_pass_by(settings) -> None:
         "site": {
             "limit": 1,
             "lease": 30,
-            "waiting_room": {"bypass_paths": [r"^/m/health/"], "bypass_methods": ["POST"]},
+            "waiting_room": {"bypass_paths": [r"^/m/health/"], "bypass_methods": ["OPTIONS"]},
         },
     }
     assert Client().get("/m/page/").status_code == 200
     assert Client().get("/m/page/").status_code == 503
     assert Client().get("/static/django_semaphore/css/waiting_room.css").status_code == 200
     assert Client().get("/m/health/").status_code == 200
-    assert Client().post("/m/page/").status_code == 200
+    assert Client().options("/m/page/").status_code == 200
+    assert Client().get("/m/health/private/").status_code == 503  # a whole path: not "starts with"
+    assert Client().post("/m/page/").status_code == 503  # not bypassed: a POST waits its turn as any
     status = get_semaphore("site").status()
-    assert status.used == 1 and status.waiting == 1
+    assert status.used == 1 and status.waiting == 3
 
 
 def test_the_middleware_keeps_a_visitors_ticket_when_another_semaphore_turns_it_away(settings) -> None:
@@ -353,13 +410,34 @@ def test_the_checks_refuse_what_a_room_cannot_honour(settings) -> None:
         "values": {"limit": 2, "waiting_room": {"refresh": 0, "abandon": 1, "status": 204, "cookie": "a b"}},
         "short": {"limit": 2, "waiting_room": {"refresh": 5, "abandon": 5, "bypass_methods": ["P0ST"]}},
         "spelled": {"limit": 2, "waiting_room": {"refesh": 5, "bypass_permission": "nodot"}},
+        "sessions": {
+            "limit": 2,
+            "waiting_room": {
+                "session": 0,
+                "session_renewal": "no",
+                "client_places": 5000,
+                "client_tickets_per_minute": 0,
+            },
+        },
+        "forever": {"limit": 2, "waiting_room": {"session": None, "session_renewal": False}},
         "fine": {"limit": 2, "waiting_room": {"refresh": 2, "status": 200, "bypass_paths": "^/health"}},
     }
     messages = [m for m in run_checks() if m.id in ("django_semaphore.E020", "django_semaphore.E018")]
     found = {(m.id, m.msg.split("]")[0].split("'")[1], m.msg) for m in messages}
     names = {(ident, name) for ident, name, _ in found}
     assert ("django_semaphore.E018", "spelled") in names
-    for name in ("keyed", "heavy", "patient", "unfair", "adaptive", "values", "short", "spelled"):
+    for name in (
+        "keyed",
+        "heavy",
+        "patient",
+        "unfair",
+        "adaptive",
+        "values",
+        "short",
+        "spelled",
+        "sessions",
+        "forever",
+    ):
         assert ("django_semaphore.E020", name) in names, name
     assert not any(name == "fine" for _, name in names)
     text = " ".join(msg for _, _, msg in found)
@@ -371,6 +449,11 @@ def test_the_checks_refuse_what_a_room_cannot_honour(settings) -> None:
         "'bypass_methods'",
         "'bypass_permission'",
         "did you mean 'refresh'",
+        "['session'] must be None (no maximum)",
+        "['session_renewal'] must be True or False",
+        "['client_places'] must be None (no bound) or a whole number from 1 to 1000",
+        "['client_tickets_per_minute'] must be None",
+        "without a 'session': a visit would last forever",
     ):
         assert words in text, words
 
@@ -383,3 +466,20 @@ def test_a_room_reports_visitors_as_the_semaphores_use_and_line() -> None:
     assert (status.used, status.waiting) == (1, 2)  # what the metrics read: usage = inside, waiters = in line
     figures = visits.figures(get_semaphore("room"))
     assert (figures.used, figures.waiting, figures.admitted) == (1, 2, 1)
+
+
+def test_the_checks_point_a_room_at_its_static_files(settings) -> None:
+    """W011: no staticfiles, so waiting_room.js is never collected; W012 (--deploy): no STATIC_ROOT to collect to."""
+
+    def warned(deploy: bool = False) -> set[str]:
+        found = run_checks(include_deployment_checks=deploy)
+        return {m.id for m in found if m.id in ("django_semaphore.W011", "django_semaphore.W012")}
+
+    settings.STATIC_ROOT = None
+    assert warned() == set() and warned(deploy=True) == {"django_semaphore.W012"}
+    settings.STATIC_ROOT = "/srv/static"
+    assert warned(deploy=True) == set()
+    settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "django.contrib.staticfiles"]
+    assert warned() == {"django_semaphore.W011"}
+    settings.SEMAPHORES = {"plain": {"limit": 1}}
+    assert warned(deploy=True) == set()  # no room, nothing to say

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from io import StringIO
 
 import pytest
@@ -11,7 +12,16 @@ from django.core.management import CommandError, call_command
 from django_semaphore import get_semaphore
 from django_semaphore.core import visits
 
-FIGURES = {"inside", "waiting", "admitted_per_minute", "eta_last_seconds", "abandoned"}
+FIGURES = {
+    "inside",
+    "waiting",
+    "admitted_per_minute",
+    "eta_last_seconds",
+    "abandoned",
+    "turned_away",
+    "time_in_line",
+    "time_inside",
+}
 
 
 def run(*args: str) -> str:
@@ -26,17 +36,22 @@ def room(settings) -> None:
     sem = get_semaphore("sale")
     for visitor in ("a", "b", "c", "d"):
         visits.visit(sem, visitor)
+    time.sleep(0.02)
     visits.end(sem, "a")
-    visits.end(sem, "b")  # two let in from the line: the estimate is known
+    visits.end(sem, "b")  # two visits ended, two let in from the line: the estimate is known
 
 
 def test_status_json_gives_each_figure_and_since_when_it_counts() -> None:
     rows = {row["name"]: row for row in json.loads(run("semaphore_status", "--json"))["semaphores"]}
     assert rows["reports"]["room"] is None
     room = rows["sale"]["room"]
-    assert set(room) >= FIGURES and set(room["since_ms"]) == FIGURES
+    assert set(room["since_ms"]) == FIGURES
+    percentiles = {f"{key}_{p}_s" for key in ("time_in_line", "time_inside") for p in ("p50", "p95")}
+    assert set(room) >= FIGURES - {"time_in_line", "time_inside"} | percentiles | {"full_since_ms"}
+    assert room["time_inside_p50_s"] is not None and room["full_since_ms"] <= room["now_ms"]
     assert (room["inside"], room["waiting"], room["abandoned"]) == (1, 1, 0)
-    assert room["admitted_per_minute"] > 0 and room["eta_last_seconds"] == 0.0  # nobody ahead of the last
+    # The last in line (nobody ahead) waits for the next admission: one over the rate, and half a refresh.
+    assert room["admitted_per_minute"] > 0 and room["eta_last_seconds"] is not None and room["eta_last_seconds"] > 0
     assert room["since_ms"]["inside"] == room["since_ms"]["waiting"] == room["now_ms"]
     assert room["since_ms"]["abandoned"] <= room["since_ms"]["admitted_per_minute"] <= room["now_ms"]
 
@@ -44,7 +59,8 @@ def test_status_json_gives_each_figure_and_since_when_it_counts() -> None:
 def test_status_text_has_a_line_per_room() -> None:
     text = run("semaphore_status")
     line = next(line for line in text.splitlines() if line.startswith("# sale"))
-    assert "waiting room, 1 inside, 1 in line" in line and "places abandoned in" in line
+    assert "waiting room, 1 inside, 1 in line (full for" in line and "places abandoned and 0 turned away in" in line
+    assert "time in line p50" in line and "time inside p50" in line and "(last 0s)" not in line
 
 
 def test_the_room_command_lets_in_queues_everyone_pauses_and_resumes() -> None:

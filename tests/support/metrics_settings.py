@@ -11,6 +11,12 @@ SEMAPHORES = {
     "per_user": {"limit": 1, "wait": 0, "key": "header:X-User", "max_partitions": 100},
     # An adaptive limit, for the dashboard's adaptive panels.
     "paced": {"limit": {"adaptive": {"min": 1, "max": 8, "initial": 4, "target": 0.2, "window": 0.5}}, "wait": 0},
+    # A waiting room, for the room family's panels: visits lapse after a second, so the line moves by itself.
+    "launch": {
+        "limit": 2,
+        "lease": 1,
+        "waiting_room": {"refresh": 1, "abandon": 60, "client_places": None, "client_tickets_per_minute": None},
+    },
 }
 SEMAPHORE_METRICS_TOKEN = "prometheus-scrapes-with-this-token"
 # Each worker writes its counts to Redis at most half a second after a call (the documented bound on

@@ -36,7 +36,13 @@ def flood(request: HttpRequest) -> HttpResponse:
     return HttpResponse("done")
 
 
+@semaphore("launch")
+def launch(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("in")
+
+
 urlpatterns = [
+    path("launch/", launch),
     path("flood/", flood),
     path("mine/", mine),
     path("work/", work),

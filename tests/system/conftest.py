@@ -22,7 +22,7 @@ def room_site(key_prefix: str, redis_server: Any, settings, tmp_path: Path) -> I
     """
     started: list[Gunicorn] = []
 
-    def start(limit: int = 5, lease: float = 1.0, refresh: float = 1.0, abandon: float = 3.0) -> str:
+    def start(limit: int = 5, lease: float = 1.0, refresh: float = 1.0, abandon: float = 3.0, proof: int = 0) -> str:
         env = {
             "REDIS_URL": redis_server.url,
             "SEMAPHORE_KEY_PREFIX": key_prefix,
@@ -31,8 +31,10 @@ def room_site(key_prefix: str, redis_server: Any, settings, tmp_path: Path) -> I
             "ROOM_REFRESH": str(refresh),
             "ROOM_ABANDON": str(abandon),
             "ROOM_DB": str(tmp_path / "room.sqlite3"),
+            "ROOM_PROOF": str(proof),
         }
-        room = {"limit": limit, "lease": lease, "waiting_room": {"refresh": refresh, "abandon": abandon}}
+        spec = {"refresh": refresh, "abandon": abandon, "proof_of_work": proof or None}
+        room = {"limit": limit, "lease": lease, "waiting_room": spec}
         settings.SEMAPHORES = {**settings.SEMAPHORES, "room": room, "site": room}
         server = Gunicorn("tests.support.room_settings", env=env, workers=3, threads=4)
         started.append(server)

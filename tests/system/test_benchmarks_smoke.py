@@ -13,7 +13,7 @@ from benchmarks import settings as bench_settings
 from benchmarks.__main__ import Plan, run
 from benchmarks.runtime import Bench, fresh_redis
 
-TINY = Plan(0.05, 1, 2, 0.3, 1, 3, 0.05, 0.5, 0.1, 1.0, 2)
+TINY = Plan(0.05, 1, 2, 0.3, 1, 3, 0.05, 0.5, 0.1, 1.0, 2, 1.0, 1.0, 10)
 
 
 @pytest.fixture
@@ -85,6 +85,13 @@ def test_room_reports_the_servers_cost_of_a_poll_at_both_sizes(bench: Bench) -> 
     assert figures["room_poll_server_us_10"] > 0 and figures["room_poll_10k_ratio"] > 0
 
 
+def test_room_times_the_calls_of_a_burst_of_lapsed_places_and_checks_the_positions(bench: Bench) -> None:
+    figures = room.burst(bench, lapsed=1000)
+    assert figures["room_burst_positions"] == [1, 2, 3]
+    assert figures["room_burst_calls"] >= 1000 // 250  # a batch a call
+    assert figures["room_burst_max_call_ms"] > 0 and figures["room_burst_ping_max_ms"] > 0
+
+
 def test_otel_reports_each_states_cpu_and_restores_the_listeners(bench: Bench) -> None:
     from django_semaphore.core.tally import tally
 
@@ -93,3 +100,14 @@ def test_otel_reports_each_states_cpu_and_restores_the_listeners(bench: Bench) -
     assert set(figures["otel_cpu_us"]) == {"bare", "counted", "otel_api", "otel_sdk"}
     assert all(value > 0 for value in figures["otel_direct_us"].values())
     assert tally.listeners == before and otel.lines(figures)
+
+
+def test_room_replays_a_launch_and_reports_the_eta_ratios(bench: Bench) -> None:
+    figures = room.launch(bench, idle=2.0, quiet=2.0, burst=30)
+    assert figures["room_launch_idle_let_in"] == figures["room_launch_busy_let_in"] == 30
+    assert figures["room_launch_eta_ratio"] > 0 and figures["room_launch_first_eta_ratio"] > 0
+
+
+def test_room_times_what_a_script_pays_for_places_behind_a_proof_of_work() -> None:
+    figures = room.proof_cost(places=3, bits=8)
+    assert figures["room_proof_places"] == 3 and figures["room_proof_median_tries"] >= 1

@@ -428,6 +428,31 @@ def test_load_generator_defaults_hit_the_guarded_views() -> None:
     }
 
 
+def test_the_launch_is_behind_a_waiting_room_and_buying_lets_the_next_in() -> None:
+    limit = example.SEMAPHORES["launch"]["limit"]
+    visitors = [Client() for _ in range(limit + 1)]
+    for visitor in visitors[:limit]:
+        page = visitor.get("/launch/")
+        assert page.status_code == 200 and b"You are in" in page.content
+    queued = visitors[-1].get("/launch/")
+    assert queued.status_code == 503 and b"You are in line" in queued.content
+    assert visitors[0].get("/launch/buy/").status_code == 405  # a GET never ends a visit
+    bought = visitors[0].post("/launch/buy/")
+    assert bought.status_code == 200 and b"Thank you" in bought.content
+    assert visitors[-1].get("/launch/").status_code == 200  # let in when the purchase ended that visit
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_load_generator_fills_the_launchs_line_and_its_visitors_get_in_and_buy(live_server: Any) -> None:
+    from example_project import loadgen
+
+    console = loadgen.make_console(StringIO())
+    tallies = asyncio.run(loadgen.run(live_server.url, ["/api/health/"], 1, 8.0, console, visitors=12))
+    room = tallies[loadgen.ROOM_LABEL]
+    assert room.statuses[503] > 0 and room.statuses[200] > 0, room.statuses  # in line, then in and bought
+    assert room.errors == 0 and set(room.statuses) <= {200, 503}, room.statuses
+
+
 def _resolve(path: str) -> Any:
     from django.urls import resolve
 

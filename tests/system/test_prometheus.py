@@ -118,6 +118,10 @@ def test_prometheus_stores_the_whole_sites_counts_exactly_and_every_panel_finds_
             assert value(prometheus, 'django_semaphore_permit_usage{name="load", state="used"}') == 0
             assert value(prometheus, 'django_semaphore_permit_limit{name="load", mode="static"}') == 3
 
+            # A waiting room's line: ten visitors, two inside whose visits lapse in a second, eight in line.
+            launch = [get(site.base_url + "/launch/", {"Accept": "application/json"}) for _ in range(10)]
+            assert sorted(launch) == [200] * 2 + [503] * 8, launch
+
             # Within a minute of the load, as a dashboard open during an incident would ask.
             for title, expr in panel_queries():
                 try:

@@ -61,6 +61,10 @@ local MAX_MS = 315360000000          -- ten years
 local AUDIT_EVERY_MS = 1000          -- recount `used` from the holders at most this often
 local LAPSED_GRACE_TTLS = 2          -- a lapsed waiter keeps its ticket this many waiter TTLs
 local BATCH = 1000                   -- members per HMGET/HDEL/ZREM (Lua's unpack has a limit)
+-- Lapsed entries (ended leases, waiters past their heartbeat) one call purges at most, and visitors a
+-- waiting room's call lets in at most: every call does a bounded amount of work, and a burst that lapses
+-- at once (a hundred thousand places) is purged by the calls that follow, a batch each, never in one.
+local PURGE = 250
 
 -- One call's arguments and key names, set by `begin` (calls run one at a time), and its configuration,
 -- set by `read_config`.
@@ -124,10 +128,14 @@ local function read_config(raw)
   if not limit then
     fail('bad configuration argument ' .. tostring(raw))
   end
+  -- A room's launch mode (room.lua): " room <opens_ms> <new_per_minute>", both 0 for none.
+  local opens, new_per_minute = string.match(rest, '^ room (%d+) (%d+)$')
+  local room = rest == ' room' or opens ~= nil
   cfg = {limit = int_arg(limit, 'limit', 0, MAX_LIMIT), waiter_ttl = int_arg(ttl, 'waiter ttl', 1, MAX_MS),
          every = tonumber(every), keep = int_arg(keep, 'samples kept', 1, 100000),
          idle = int_arg(idle, 'idle expiry', 1, MAX_MS), fair = fair == '1', whole = whole == '1',
-         adaptive = rest ~= ' room' and read_adaptive(rest) or nil, room = rest == ' room'}
+         adaptive = not room and read_adaptive(rest) or nil, room = room,
+         opens = tonumber(opens) or 0, new_per_minute = tonumber(new_per_minute) or 0}
   CFG = cfg
   if config_count >= 1000 then
     configs, config_count = {}, 0
@@ -328,6 +336,36 @@ local function count(st, name, by)
   plan.state[name] = current + (by or 1)
 end
 
+-- A room's `new_per_minute` (its launch mode): admissions are also limited to that many a minute, a bucket
+-- in the state hash ("tokens|at_ms", refilled at that rate, as deep) that each admission takes one from,
+-- whoever makes it (room.lua's walk-ins and let-ins, a release's serve_line). True: one more may come in.
+local function room_may_admit(ctx, cfg)
+  if cfg.new_per_minute <= 0 then
+    return true
+  end
+  if not ctx.bucket then
+    local tokens, at = string.match(field(ctx.st, 'bucket') or '', '^([%d.]+)|(%d+)$')
+    local refill = (ctx.now - (tonumber(at) or ctx.now)) * cfg.new_per_minute / 60000
+    ctx.bucket = math.min(cfg.new_per_minute, (tonumber(tokens) or cfg.new_per_minute) + refill)
+  end
+  if ctx.bucket < 1 then
+    return false
+  end
+  ctx.bucket = ctx.bucket - 1
+  set_state('bucket', string.format('%.3f', ctx.bucket) .. '|' .. ctx.now_text)
+  return true
+end
+
+-- A waiting room's times, for its operators' percentiles (room.lua's figures): how long a visitor waited in
+-- line ('wl'), how long a visit lasted ('vi'), each counted in the state hash under <prefix><bucket>, bucket i
+-- for [2^(i/2), 2^((i+1)/2)) seconds (under 1 s in 0; ROOM_BUCKETS of them, the last open-ended).
+local ROOM_BUCKETS = 40
+local function room_time(st, prefix, ms)
+  local seconds = ms / 1000
+  local bucket = seconds < 1 and 0 or math.floor(2 * math.log(seconds) / math.log(2)) + 1
+  count(st, prefix .. math.min(bucket, ROOM_BUCKETS - 1))
+end
+
 -- Whether the wake list `key` holds the note `text`. A wake list holds a few notes at most (LPOS would
 -- do, but needs Redis 6.0.6).
 local function has_note(key, text)
@@ -436,7 +474,7 @@ end
 local NONE = {}  -- an empty list shared by every call (never written to)
 
 local function read_holders(now)
-  local h = {expired = NONE, freed = 0, earliest = nil, empty = true, capped = 0}
+  local h = {expired = NONE, freed = 0, earliest = nil, empty = true, capped = 0, more = false}
   local first = redis.call('ZRANGE', K.holders, 0, 0, 'WITHSCORES')
   if #first == 0 then
     return h
@@ -446,19 +484,24 @@ local function read_holders(now)
     h.earliest = tonumber(first[2])
     return h
   end
-  h.expired = redis.call('ZRANGEBYSCORE', K.holders, '-inf', now, 'WITHSCORES')
+  -- At most PURGE of them: the rest (`more`) stay counted in `used` until a later call purges them.
+  h.expired = redis.call('ZRANGEBYSCORE', K.holders, '-inf', now, 'WITHSCORES', 'LIMIT', 0, PURGE + 1)
   local tokens, deadlines = {}, {}
-  for i = 1, #h.expired, 2 do
+  h.more = #h.expired > 2 * PURGE
+  for i = 1, math.min(#h.expired, 2 * PURGE), 2 do
     tokens[#tokens + 1] = h.expired[i]
     deadlines[#deadlines + 1] = tonumber(h.expired[i + 1])
   end
   h.expired = tokens
   local infos
   h.freed, infos = weights_of(tokens)
+  h.held_ms = 0  -- a room's visits that ended: how long they held their places, summed (room.lua's visit length)
+  h.infos, h.deadlines = infos, deadlines
   for i, info in ipairs(infos) do
     if info.hold_until > 0 and deadlines[i] >= info.hold_until then
       h.capped = h.capped + 1
     end
+    h.held_ms = h.held_ms + math.max(deadlines[i] - info.acquired, 0)
   end
   local next_live = redis.call('ZRANGEBYSCORE', K.holders, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   h.earliest = tonumber(next_live[2])
@@ -486,6 +529,16 @@ local function reclaim(st, h)
   if h.capped > 0 then
     count(st, 'max_hold', h.capped)
   end
+  if CFG and CFG.room then
+    -- A room's visits that lapsed held their places until their deadline: their length joins the moving
+    -- average a release keeps (hold_avg), the visit length an estimated wait falls back on (room.lua).
+    for i, info in ipairs(h.infos) do
+      room_time(st, 'vi', math.max(h.deadlines[i] - info.acquired, 0))
+    end
+    local held = h.held_ms / #h.expired
+    local avg = tonumber(plan.state.hold_avg or st.hold_avg) or held
+    set_state('hold_avg', math.floor(avg + (held - avg) * math.min(#h.expired, 8) / 8))
+  end
 end
 
 -- Waiters this script takes out of the line (dead, granted or leaving): reads of the line skip them.
@@ -500,16 +553,21 @@ end
 -- A waiting room's line: a visitor who asked nothing for its abandon time (the waiter TTL) has lost its
 -- place at that instant, the caller included (room.lua puts it at the back): no grace period and no pass,
 -- so an abandoned place never holds up the line. `line.abandoned` keeps the tickets of those purged, so
--- the caller can tell how many were ahead of it; the state hash counts them.
+-- the caller can tell how many were ahead of it; the state hash counts them. `tokens` is one batch (at most
+-- PURGE): while `line.more` says others lapsed too, nobody is let in (serve_line) and room.lua ranks no one,
+-- so a position is only ever given on a line without abandoned places in it.
 local function abandon_stale(line, st, tokens)
   local tickets = {}
-  for _, token in ipairs(tokens) do
-    local ticket = redis.call('ZSCORE', K.queue, token)
+  -- A visitor's place is in the line's three keys at once (room.lua): its request holds its ticket, read
+  -- for the batch in one HMGET (a ZSCORE each cost the burst most of its time).
+  local requests = redis.call('HMGET', K.qweight, unpack(tokens))
+  for i, token in ipairs(tokens) do
+    local ticket = requests[i] and string.match(requests[i], '^%d+|%d+|%d+|%d+|(%d+)|')
     drop('ZREM', K.alive, token)
     drop('HDEL', K.qweight, token)
+    drop('ZREM', K.queue, token)
     if ticket then
       mark_dead(line, token)
-      drop('ZREM', K.queue, token)
       tickets[#tickets + 1] = tonumber(ticket)
     end
   end
@@ -529,20 +587,22 @@ end
 -- deadline (a heartbeat writes a whole one), so a waiter that really died gets one pass only.
 local function read_line(now, cfg, st, caller)
   local raw = redis.call('ZCARD', K.queue)
-  local line = {raw = raw, waiting = raw, dead = NONE, dead_count = 0}
+  local line = {raw = raw, waiting = raw, dead = NONE, dead_count = 0, more = false}
   if raw == 0 then
     -- Nobody in line. Lapsed waiters who kept their ticket may linger in `alive`: whoever joins next
     -- judges them, and the line's keys expire with them otherwise.
     return line
   end
   set_state('seen_at', now)
-  local stale = redis.call('ZRANGEBYSCORE', K.alive, '-inf', now, 'WITHSCORES')
+  -- At most PURGE of them (`line.more`: others are left for the calls that follow).
+  local stale = redis.call('ZRANGEBYSCORE', K.alive, '-inf', now, 'WITHSCORES', 'LIMIT', 0, PURGE + 1)
   if #stale == 0 then
     return line
   end
+  line.more = #stale > 2 * PURGE
   local seen_at = tonumber(field(st, 'seen_at')) or 0
   local tokens, deadlines = {}, {}
-  for i = 1, #stale, 2 do
+  for i = 1, math.min(#stale, 2 * PURGE), 2 do
     tokens[#tokens + 1] = stale[i]
     deadlines[#deadlines + 1] = tonumber(stale[i + 1])
   end
@@ -706,10 +766,13 @@ end
 -- lease runs one of its own waiter TTLs at first, its heartbeat's span, whether it beat just now or
 -- is on a pass: a waiter that died in line (since its last heartbeat, or before an idle gap) ties
 -- the permit that long at most. Not fair: wake as many waiters as could fit; they race for the permits.
--- `ctx.caller` (acquire) is granted in place when its turn comes; returns true then.
+-- `ctx.caller` (acquire) is granted in place when its turn comes; returns true then. While waiters that
+-- missed their heartbeat remain to be judged (`line.more`: more than one call purges), nobody is served: a
+-- dead waiter not judged yet would be handed a permit; the calls that follow judge a batch each.
+-- (An acquire that is not fair takes a free permit without the line, as always.)
 local function serve_line(ctx, line, cfg)
   local free = ctx.limit - ctx.used
-  if free <= 0 or line.waiting <= 0 then
+  if free <= 0 or line.waiting <= 0 or line.more then
     alert_head(ctx, line, cfg)
     return false
   end
@@ -722,7 +785,9 @@ local function serve_line(ctx, line, cfg)
     end
     return false
   end
-  for head in each_head(line, free) do
+  -- A room lets PURGE in per call at most, its caller included; the calls that follow let the others in
+  -- (room.lua ranks its caller against the room left, so a visitor whose turn it is never waits for them).
+  for head in each_head(line, cfg.room and math.min(free, PURGE - ctx.granted) or free) do
     local r = head.request
     if not r then
       -- A line entry without its request (edited by hand): drop it rather than block the line.
@@ -732,15 +797,18 @@ local function serve_line(ctx, line, cfg)
       return false
     elseif head.token == ctx.caller then
       return true
+    elseif cfg.room and not room_may_admit(ctx, cfg) then
+      return false  -- the room's new visitors a minute are in (room_may_admit): the rest wait their turn
     elseif cfg.room then
       -- A visitor let in while away from its page holds the place until its abandon time, when it would
       -- have lost its place in line anyway, whatever the lease (a lease shorter than a refresh would end
       -- the visit before its next poll); its next request renews the visit (room.lua). No note: a
       -- browser waits on no wake list.
       local until_abandoned = (tonumber(redis.call('ZSCORE', K.alive, head.token)) or ctx.now) - ctx.now
-      grant(ctx, head.token, 1, math.max(until_abandoned, 1), r.hold, r.nonce, r.meta, '1')
+      grant(ctx, head.token, 1, math.max(until_abandoned, 1), r.hold, '', r.meta, '1')
       leave_line(line, head.token)
       count(ctx.st, 'admitted')
+      room_time(ctx.st, 'wl', ctx.now - (tonumber(r.nonce) or ctx.now))  -- a room's request keeps its join time
     else
       local fence, deadline = grant(ctx, head.token, r.weight, math.min(r.lease, waiter_ttl(r, cfg)), r.hold, r.nonce,
                                     r.meta, r.weight_text)
@@ -754,11 +822,21 @@ local function serve_line(ctx, line, cfg)
   return false
 end
 
--- `used` is a running sum, kept so capacity is O(1). It is recounted from the holders whenever it
--- cannot be right (nobody holds a permit, or it is not a whole number), at most once a second when
--- it turns a caller away, and on every status read.
-local function recount(ctx)
-  if ctx.earliest then
+-- `used` is a running sum, kept so capacity is O(1): the weights of every holder in the holders set,
+-- ended leases a call has not purged yet included (they go, and their weight with them, a batch per call).
+-- It is recounted from the holders whenever it cannot be right (nobody holds a permit, or it is not a whole
+-- number), at most once a second when it turns a caller away, and on every status read; not while ended
+-- leases wait to be purged (`ctx.backlog`: the sum stays high until they are, never low), unless it must
+-- (`forced`: the state was lost or is not a number), when it counts every holder left. A room's holders
+-- weigh one each: its `used` is the count of live ones, one ZCOUNT, exact whatever waits to be purged.
+local function recount(ctx, forced)
+  if CFG and CFG.room then
+    ctx.used = ctx.earliest and redis.call('ZCOUNT', K.holders, '(' .. ctx.now, '+inf') or 0
+  elseif ctx.backlog then
+    if forced then
+      ctx.used = weights_of(redis.call('ZRANGE', K.holders, ctx.purged, -1))
+    end
+  elseif ctx.earliest then
     ctx.used = weights_of(redis.call('ZRANGEBYSCORE', K.holders, '(' .. ctx.now, '+inf'))
   else
     ctx.used = 0
@@ -849,10 +927,14 @@ local function context(st, cfg, now, now_text, h, caller)
   local ctx = {st = st, now = now, now_text = now_text, used_before = used or 0,
                limit = limit_in_force(st, cfg), fence = st.fence,
                used = math.max((used or 0) - h.freed, 0), earliest = h.earliest, holders_empty = h.empty,
-               granted = 0, caller = caller}
+               granted = 0, caller = caller, backlog = h.more, purged = #h.expired}
+  if cfg.opens > 0 and now < cfg.opens then
+    ctx.limit = 0  -- a room's pre-queue: nobody is let in before its opening (room.lua)
+  end
   local lost, lost_used = lost_keys(st, h, used)
-  if lost or not ctx.earliest or (st.used and (not used or used < 0 or used ~= math.floor(used))) then
-    recount(ctx)
+  local wrong = lost or (st.used and (not used or used < 0 or used ~= math.floor(used)))
+  if cfg.room or wrong or not ctx.earliest then
+    recount(ctx, wrong)
   end
   if lost then
     ctx.vanished = lost .. '|' .. int_text(math.floor(math.min(lost_used or ctx.used, MAX_LIMIT)))

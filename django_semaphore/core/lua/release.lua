@@ -49,6 +49,9 @@ elseif (nonce == '' or info.nonce == nonce) and (fence == '' or info.fence == fe
   local held_for = math.max(now - info.acquired, 0)
   local hold_avg = tonumber(st.hold_avg) or held_for
   set_state('hold_avg', math.floor(hold_avg + (held_for - hold_avg) / 8))
+  if cfg.room then
+    room_time(st, 'vi', held_for)  -- a waiting room's visit, ended by the site
+  end
   count(st, 'released')
   released = 1
   if cfg.adaptive then

@@ -57,15 +57,25 @@ def room_line(name: str, room: dict[str, Any]) -> str:
     """One waiting room: who is inside and in line, how fast it moves, and since when each is counted."""
     now = room["now_ms"]
     since = room["since_ms"]
-    window = duration(max(now - since["admitted_per_minute"], 0) / 1000)
-    line = (
-        f"# {name}: waiting room, {room['inside']} inside, {room['waiting']} in line, "
-        f"{room['admitted_per_minute']:g} let in a minute (last {window})"
-    )
+    window_ms = max(now - since["admitted_per_minute"], 0)
+    line = f"# {name}: waiting room, {room['inside']} inside, {room['waiting']} in line"
+    if room.get("full_since_ms"):
+        line += f" (full for {duration(max(now - room['full_since_ms'], 0) / 1000)})"
+    if not room["admitted_per_minute"]:
+        line += ", let in a minute: not known yet"
+    elif window_ms >= 1000:
+        line += f", {room['admitted_per_minute']:g} let in a minute (last {duration(window_ms / 1000)})"
+    else:
+        line += f", {room['admitted_per_minute']:g} let in a minute (by the visits' length)"
     if room["waiting"]:
         eta = room["eta_last_seconds"]
         line += ", the last in line waits " + ("an unknown time" if eta is None else f"about {duration(eta)}")
-    line += f", {room['abandoned']} places abandoned in {duration(max(now - since['abandoned'], 0) / 1000)}"
+    counted = duration(max(now - since["abandoned"], 0) / 1000)
+    line += f", {room['abandoned']} places abandoned and {room.get('turned_away', 0)} turned away in {counted}"
+    for label, key in (("in line", "time_in_line"), ("inside", "time_inside")):
+        p50, p95 = room.get(f"{key}_p50_s"), room.get(f"{key}_p95_s")
+        if p50 is not None:
+            line += f"; time {label} p50 {duration(p50)}, p95 {duration(p95)}"
     flags = [flag for flag, on in (("paused", room["paused"]), ("queue-all", room["queue_all"])) if on]
     return for_terminal(line + ("; " + ", ".join(flags) if flags else ""))
 

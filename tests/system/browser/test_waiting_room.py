@@ -4,7 +4,8 @@ Twelve browser contexts (each its own cookie jar, so its own visitor) queue
 at a room of 2; each page, left alone, updates its place in its aria-live
 region without loading again and moves to the guarded page by itself, in the
 order the visitors arrived. A browser without JavaScript gets there too, by
-the page's <noscript> refresh. The queue page's screenshot is
+the page's own refresh (which its script cancels), and so does one whose script
+is not served. The queue page's screenshot is
 docs/waiting-room.png (copied from test-artifacts/waiting-room.png).
 """
 
@@ -132,3 +133,55 @@ def test_without_javascript_the_page_asks_again_by_itself_and_lets_the_visitor_i
         expect(page.locator("h1")).to_have_text(WELCOME, timeout=15000)
     finally:
         context.close()
+
+
+def test_a_page_whose_script_is_not_served_still_lets_the_visitor_in(browser: Any, room_site: RoomSite) -> None:
+    """The review's strand: DEBUG = False, static files not served, waiting_room.js a 404. The page asks again
+    by its own refresh (which the script cancels when it runs), so the visitor gets in all the same."""
+    from playwright.sync_api import expect
+
+    base = room_site(limit=1, lease=1.0, refresh=1.0, abandon=4.0)
+    room = get_semaphore("room")
+    pausing.pause(room)
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        missing = []
+        page.route("**/waiting_room.js", lambda route: (missing.append(route.request.url), route.fulfill(status=404)))
+        response = page.goto(base + "/room/welcome/")
+        assert response is not None and response.status == 503
+        expect(page.locator('[data-room="position"]')).to_have_text("1")
+        page.wait_for_timeout(2500)  # the page asked again by itself meanwhile: the place is kept
+        assert len(missing) >= 2 and room.status().waiting == 1
+        pausing.resume(room)
+        expect(page.locator("h1")).to_have_text(WELCOME, timeout=15000)
+    finally:
+        context.close()
+
+
+def test_with_a_proof_of_work_the_page_solves_it_and_the_visitor_joins(browser: Any, room_site: RoomSite) -> None:
+    """The default difficulty, in real Chromium: each visitor's page solves its challenge and lets it in. The
+    times to join are printed (docs/performance.md reports their median), not asserted."""
+    import statistics
+
+    from playwright.sync_api import expect
+
+    from django_semaphore.core.room_options import DEFAULT_WORK_BITS
+
+    base = room_site(limit=20, lease=30.0, refresh=1.0, abandon=10.0, proof=DEFAULT_WORK_BITS)
+    joined = []
+    for _ in range(10):
+        context = browser.new_context()
+        try:
+            page = context.new_page()
+            problems = _problems(page)
+            started = time.monotonic()
+            response = page.goto(base + "/room/welcome/")
+            assert response is not None and response.status == 503  # a challenge, no place yet
+            expect(page.locator("h1")).to_have_text(WELCOME, timeout=30000)
+            joined.append(time.monotonic() - started)
+            assert problems == []
+        finally:
+            context.close()
+    assert get_semaphore("room").status().used == 10
+    print(f"joined at {DEFAULT_WORK_BITS} bits: median {statistics.median(joined):.2f} s, {sorted(joined)}")
