@@ -233,7 +233,7 @@ def _replay(launches: list[_Launch]) -> None:
         if kind == "end":
             visits.end(sem, token)
             continue
-        reply, _ = visits.visit(sem, token, renew=True)
+        reply, _ = visits.visit(sem, token)
         if reply.inside:
             launch.got_in.setdefault(visitor, reply.now_ms)
             order += 1

@@ -243,70 +243,66 @@ def _ms(seconds: float | None) -> int:
     return 0 if seconds is None else max(int(seconds * 1000), 1)
 
 
-def _visit_action(sem: Semaphore, token: str, renew: bool, client: str | None, shuffled: int, proven: bool) -> str:
-    room = sem.config.room
-    assert room is not None
-    hold_ms = _ms(room.visit_cap(sem.config.max_hold))
-    places = room.client_places or 0 if client is not None else 0
-    per_minute = room.client_tickets_per_minute or 0 if client is not None else 0
-    proof = "-" if not room.proof_of_work else "1" if proven else "0"
-    launch = f"{shuffled} {room.prequeue_ms} {int(room.queueing == 'random')} {proof}"
-    return f"visit {token} {_ms(visit_lease(sem))} {hold_ms} {int(renew)} {places} {per_minute} {launch}"
+@dataclass(frozen=True)
+class VisitAsk:
+    """What one request of the visitor ``token`` asks the room.
 
-
-def visit(
-    sem: Semaphore,
-    token: str,
-    label: str = "",
-    *,
-    renew: bool = True,
-    client: str | None = None,
-    shuffled: int = 0,
-    proven: bool = False,
-) -> tuple[RoomReply, Permit | None]:
-    """One request of the visitor ``token``: the reply, and the visit's permit when the visitor is inside.
-
-    The permit renews the visit (``renew``: ``lease`` from now, the end of a
-    response) or ends it (``release``: the next in line is let in).
-    ``renew=False``: a request the room answers itself (the queue page's
-    poll) leaves a visit inside as it is. ``client``: the visitor's client
-    address, hashed, whose places and new places the room's bounds count.
-    ``shuffled``: the place (1 to 2^40) a keyed hash of the visitor's
-    ticket gives it before a launch's opening, or in a random-order room.
+    ``label``: what operators see next to its visit. ``renew``: a visit
+    inside is renewed (``lease`` from now, the end of a response); False for
+    a request the room answers itself (the queue page's poll), which leaves
+    a visit inside as it is. ``client``: the visitor's client address,
+    hashed, whose places and new places the room's bounds count.
+    ``shuffled``: the place (1 to 2^40) a keyed hash of the visitor's ticket
+    gives it before a launch's opening, or in a random-order room.
     ``proven``: the request carries a proof of work its caller verified (a
     room that asks one gives a newcomer without it no place: ``CHALLENGE``).
     """
+
+    token: str
+    label: str = ""
+    renew: bool = True
+    client: str | None = None
+    shuffled: int = 0
+    proven: bool = False
+
+    def action(self, sem: Semaphore) -> str:
+        room = sem.config.room
+        assert room is not None
+        hold_ms = _ms(room.visit_cap(sem.config.max_hold))
+        places = room.client_places or 0 if self.client is not None else 0
+        per_minute = room.client_tickets_per_minute or 0 if self.client is not None else 0
+        proof = "-" if not room.proof_of_work else "1" if self.proven else "0"
+        launch = f"{self.shuffled} {room.prequeue_ms} {int(room.queueing == 'random')} {proof}"
+        return f"visit {self.token} {_ms(visit_lease(sem))} {hold_ms} {int(self.renew)} {places} {per_minute} {launch}"
+
+
+def visit(sem: Semaphore, ask: VisitAsk | str) -> tuple[RoomReply, Permit | None]:
+    """One request of a visitor (``ask``, or just its token): the reply, and the visit's permit when it is inside.
+
+    The permit renews the visit or ends it (``release``: the next in line is let in).
+    """
+    ask = VisitAsk(ask) if isinstance(ask, str) else ask
     _room(sem)
     sent = time.monotonic()
     try:
-        action = _visit_action(sem, token, renew, client, shuffled, proven)
-        reply = _run(sem, action, holder_metadata(label, None), client)
+        reply = _run(sem, ask.action(sem), holder_metadata(ask.label, None), ask.client)
     except BaseException as exc:
         tally.failed(sem.name, sem.config.on_error, exc, sent)
         raise
-    return reply, _visited(sem, token, reply, sent)
+    return reply, _visited(sem, ask.token, reply, sent)
 
 
-async def avisit(
-    sem: Semaphore,
-    token: str,
-    label: str = "",
-    *,
-    renew: bool = True,
-    client: str | None = None,
-    shuffled: int = 0,
-    proven: bool = False,
-) -> tuple[RoomReply, Permit | None]:
+async def avisit(sem: Semaphore, ask: VisitAsk | str) -> tuple[RoomReply, Permit | None]:
     """``visit`` on the asyncio client."""
+    ask = VisitAsk(ask) if isinstance(ask, str) else ask
     _room(sem)
     sent = time.monotonic()
     try:
-        action = _visit_action(sem, token, renew, client, shuffled, proven)
-        reply = await _arun(sem, action, holder_metadata(label, None), client)
+        reply = await _arun(sem, ask.action(sem), holder_metadata(ask.label, None), ask.client)
     except BaseException as exc:
         tally.failed(sem.name, sem.config.on_error, exc, sent)
         raise
-    return reply, _visited(sem, token, reply, sent)
+    return reply, _visited(sem, ask.token, reply, sent)
 
 
 def _visited(sem: Semaphore, token: str, reply: RoomReply, sent: float) -> Permit | None:

@@ -161,26 +161,28 @@ class Visit:
         if self.permit is not None:
             renewer.forget(self.permit)
 
+    def _to_end(self) -> Permit | None:
+        """The permit ending the visit gives back: None when it is not inside, or the method is a safe one."""
+        if refused_by_method(self):
+            return None
+        self.ending = True
+        if self.permit is None or self.permit.released:
+            return None
+        renewer.forget(self.permit)
+        return self.permit
+
     def end_now(self) -> bool:
         """End the visit at once (``end_visit``): True if it was inside (never on a safe method)."""
-        if refused_by_method(self):
-            return False
-        self.ending = True
-        if self.permit is None or self.permit.released:
-            return False
-        renewer.forget(self.permit)
-        give_back(self.permit)
-        return True
+        permit = self._to_end()
+        if permit is not None:
+            give_back(permit)
+        return permit is not None
 
     async def aend_now(self) -> bool:
-        if refused_by_method(self):
-            return False
-        self.ending = True
-        if self.permit is None or self.permit.released:
-            return False
-        renewer.forget(self.permit)
-        await agive_back(self.permit)
-        return True
+        permit = self._to_end()
+        if permit is not None:
+            await agive_back(permit)
+        return permit is not None
 
 
 # Rooms whose visit a safe method was refused the end of, in this process: the warning is logged once each.
@@ -270,26 +272,16 @@ def _options(sem: Semaphore) -> RoomOptions:
 # -- which visitor, and what the room says ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Asked:
-    """What a request asks the room: its visitor (its ticket's, or a new one), the label operators see next to
-    its visit, whether it renews a visit inside (the view answers it), and its client address, hashed."""
-
-    visitor: str
-    label: str
-    renew: bool
-    client: str | None
-    shuffled: int = 0
-    proven: bool = False
-
-
-def _asked(request: HttpRequest, sem: Semaphore) -> _Asked:
+def _asked(request: HttpRequest, sem: Semaphore) -> tuple[str, visits.VisitAsk]:
+    """What a request asks the room: its visitor (its ticket's, or a new one), and for that visitor's token the
+    label operators see, whether it renews a visit inside (the view answers it), its client address, hashed,
+    its place in a shuffled line and whether it proved its work."""
     options = _options(sem)
     visitor = room_tickets.read(request, sem.name, options) or room_tickets.new_visitor()
     bounded = options.client_places is not None or options.client_tickets_per_minute is not None
     address = client_ip(request) if bounded else None
-    return _Asked(
-        visitor,
+    return visitor, visits.VisitAsk(
+        room_tickets.token(visitor),
         f"{request.method} {request.path}"[:LABEL_LIMIT],
         renew=not room_page.is_poll(request),
         client=None if address is None else hash_partition(f"ip:{address}"),
@@ -327,33 +319,15 @@ def _visit(request: HttpRequest, sem: Semaphore, visitor: str, reply: RoomReply,
 
 def visit(request: HttpRequest, sem: Semaphore) -> Visit:
     """Run the request's visit of the room ``sem`` (one round trip)."""
-    asked = _asked(request, sem)
-    token = room_tickets.token(asked.visitor)
-    reply, permit = visits.visit(
-        sem,
-        token,
-        asked.label,
-        renew=asked.renew,
-        client=asked.client,
-        shuffled=asked.shuffled,
-        proven=asked.proven,
-    )
-    return _visit(request, sem, asked.visitor, reply, permit)
+    visitor, ask = _asked(request, sem)
+    reply, permit = visits.visit(sem, ask)
+    return _visit(request, sem, visitor, reply, permit)
 
 
 async def avisit(request: HttpRequest, sem: Semaphore) -> Visit:
-    asked = _asked(request, sem)
-    token = room_tickets.token(asked.visitor)
-    reply, permit = await visits.avisit(
-        sem,
-        token,
-        asked.label,
-        renew=asked.renew,
-        client=asked.client,
-        shuffled=asked.shuffled,
-        proven=asked.proven,
-    )
-    return _visit(request, sem, asked.visitor, reply, permit)
+    visitor, ask = _asked(request, sem)
+    reply, permit = await visits.avisit(sem, ask)
+    return _visit(request, sem, visitor, reply, permit)
 
 
 def dress(response: HttpResponseBase, rooms: Iterable[Visit | None]) -> None:

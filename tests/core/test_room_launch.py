@@ -31,7 +31,7 @@ def launch_room(settings: Any, name: str, limit: int = 1, **room: Any) -> Semaph
 def arrive(sem: Semaphore, visitor: str) -> visits.RoomReply:
     assert sem.config.room is not None
     place = shuffled_place(sem.name, sem.config.room, visitor)
-    return visits.visit(sem, f"room-{visitor}", shuffled=place)[0]
+    return visits.visit(sem, visits.VisitAsk(f"room-{visitor}", shuffled=place))[0]
 
 
 def test_the_pre_queue_is_shuffled_uniformly_over_many_launches(settings, redis_client: redis.Redis) -> None:
