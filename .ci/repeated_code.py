@@ -27,11 +27,14 @@ from pathlib import Path
 
 MIN_LINES = 6
 TOO_COMMON = 8
-# Lines that declare rather than do: a field (`name: int`, `limit: int | None = None`), a list's item
-# (`"reports",`), a table's row (`"hget": ("HGET", MISSING),`), a class's head and its decorators. Six
-# fields in a row are a record, and records of one shape are not a copied block. The head of a class
-# with methods counts, though (``code_heads``): two such classes of one shape are code written twice.
-DECLARATION = re.compile(r"^(N : N( [|.\[\],] ?[N0]?)*( = [NS0])?|[-+]?[SN0] ,?|S : .* ,|class N( \(.*\))? :|@ .*)$")
+# Lines that declare rather than do: a field (`name: int`, `limit: int | None = None`), a named constant
+# (`FULL = "full"`, `LIMIT = 200`), a list's item (`"reports",`), a table's row (`"hget": ("HGET", MISSING),`),
+# a class's head and its decorators. Six fields in a row are a record, six constants a table, and records
+# or tables of one shape are not a copied block. The head of a class with methods counts, though
+# (``code_heads``): two such classes of one shape are code written twice.
+DECLARATION = re.compile(
+    r"^(N = (- )?[S0]|N : N( [|.\[\],] ?[N0]?)*( = [NS0])?|[-+]?[SN0] ,?|S : .* ,|class N( \(.*\))? :|@ .*)$"
+)
 LUA_KEYWORDS = frozenset(
     (
         "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto", "if",

@@ -174,6 +174,15 @@ def test_the_repeated_code_check_counts_the_head_of_a_class_with_methods_and_not
     assert found.returncode == 0, found.stdout
 
 
+def test_the_repeated_code_check_takes_named_constants_for_declarations(tmp_path: Path) -> None:
+    """Two lists of constants (attribute keys, outcome names) share a shape and nothing to fold."""
+    keys = "".join(f'{name.upper()} = "django_semaphore.{name}"\n' for name in ("name", "state", "mode", "result"))
+    outcomes = "".join(f'{name.upper()} = "{name}"  # one outcome\n' for name in ("acquired", "full", "bypassed"))
+    sizes = "".join(f"{name} = {size}\n" for name, size in (("MIN", 1), ("MAX", 100), ("LIMIT", -1), ("OFF", None)))
+    found = _repeated(tmp_path, {"a.py": keys + sizes, "b.py": outcomes + sizes.replace("MAX", "TOP")})
+    assert found.returncode == 0, found.stdout
+
+
 def test_the_package_repeats_no_block_but_those_still_listed() -> None:
     checked = subprocess.run(
         [sys.executable, ".ci/repeated_code.py", "--allowed", ".ci/repeated_code_allowed", "django_semaphore"],
