@@ -15,6 +15,7 @@ Exits 1 when any other pair is found.
 from __future__ import annotations
 
 import argparse
+import ast
 import io
 import keyword
 import re
@@ -26,10 +27,16 @@ from pathlib import Path
 
 MIN_LINES = 6
 TOO_COMMON = 8
-# Lines that declare rather than do: a field (`name: int`, `limit: int | None = None`), a list's item
-# (`"reports",`), a table's row (`"hget": ("HGET", MISSING),`), a class's head and its decorators. Six
-# fields in a row are a record, and records of one shape are not a copied block.
-DECLARATION = re.compile(r"^(N : N( [|.\[\],] ?[N0]?)*( = [NS0])?|[-+]?[SN0] ,?|S : .* ,|class N( \(.*\))? :|@ .*)$")
+# Lines that declare rather than do: a field (`name: int`, `limit: int | None = None`), a named constant
+# (`FULL = "full"`, `LIMIT = 200`, or the head of one written over lines: `USAGE = (`), a list's item
+# (`"reports",`), a table's row (`"hget": ("HGET", MISSING),`, `NAME: "name",`), a class's head and its
+# decorators. Six fields in a row are a record, six constants a table, and records or tables of one shape
+# are not a copied block. The head of a class with methods counts, though (``code_heads``): two such classes
+# of one shape are code written twice.
+DECLARATION = re.compile(
+    r"^(N = (- )?[S0]|N = [(\[{]|N : N( [|.\[\],] ?[N0]?)*( = [NS0])?|[-+]?[SN0] ,?|[SN] : .* ,"
+    r"|class N( \(.*\))? :|@ .*)$"
+)
 LUA_KEYWORDS = frozenset(
     (
         "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto", "if",
@@ -49,6 +56,18 @@ class Line:
     number: int
     shape: str
     text: str  # the line itself, white space folded
+
+
+def code_heads(text: str) -> set[int]:
+    """The lines of the heads and decorators of classes with methods of their own: code, not a record's."""
+    heads = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef) and any(
+            isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) for item in node.body
+        ):
+            heads.add(node.lineno)
+            heads.update(decorator.lineno for decorator in node.decorator_list)
+    return heads
 
 
 def python_lines(text: str) -> list[Line]:
@@ -71,13 +90,14 @@ def python_lines(text: str) -> list[Line]:
         if kind not in (tokenize.COMMENT, tokenize.NL):
             previous = kind
     source = text.splitlines()
+    heads = code_heads(text)
     return [
         Line(row, " ".join(parts), " ".join(source[row - 1].split()))
         for row, parts in sorted(shapes.items())
         if parts
         and parts[0] not in ("import", "from")
         and not PUNCTUATION.match(" ".join(parts))
-        and not DECLARATION.match(" ".join(parts))
+        and (row in heads or not DECLARATION.match(" ".join(parts)))
     ]
 
 
@@ -100,7 +120,7 @@ def lua_lines(text: str) -> list[Line]:
     return [
         Line(row, " ".join(parts), " ".join(source[row - 1].split()))
         for row, parts in sorted(shapes.items())
-        if not PUNCTUATION.match(" ".join(parts)) and parts != ["end"]
+        if not PUNCTUATION.match(" ".join(parts))
     ]
 
 

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from .core.failure_policy import ERROR_RETRY_AFTER, give_back
-from .core.redis_keys import check_name
 from .exceptions import BackendUnavailable, SemaphoreFull
 from .guards import Guard, KeyFunction
 
@@ -64,10 +63,7 @@ def limit_task(
     worker. Called directly rather than as a task, the function raises
     ``SemaphoreFull`` as ``@limit`` does.
     """
-    check_name(name)
-    if key is not None and not callable(key):
-        raise TypeError(f"key must be a function of the task's arguments, not {type(key).__name__}.")
-    guard = Guard(name, key, wait, weight, lease)
+    guard = Guard.checked(name, key, wait, weight, lease, whose="task's")
 
     def decorator(func: Callable[P, R]) -> Callable[P, R]:
         if inspect.iscoroutinefunction(func) or inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):

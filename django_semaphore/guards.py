@@ -17,6 +17,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import aclosing
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from .core.failure_policy import agive_back, give_back, let_through
@@ -71,6 +72,26 @@ class Guard:
             return None
         return get_semaphore(self.name, f"{CUSTOM}{value}")
 
+    @classmethod
+    def checked(
+        cls,
+        name: str,
+        key: KeyFunction | None,
+        wait: float | None,
+        weight: int | None,
+        lease: float | None,
+        *,
+        whose: str,
+    ) -> Guard:
+        """A decorator's guard, its name and key checked where the decorator is written (``@limit``, ``@limit_task``).
+
+        ``whose``: whose arguments the key function is given ("call's", "task's"), for the error.
+        """
+        check_name(name)
+        if key is not None and not callable(key):
+            raise TypeError(f"key must be a function of the {whose} arguments, not {type(key).__name__}.")
+        return cls(name, key, wait, weight, lease)
+
     def _options(self, label: str, metadata: dict[str, Any] | None) -> dict[str, Any]:
         return {"wait": self.wait, "weight": self.weight, "lease": self.lease, "label": label, "metadata": metadata}
 
@@ -80,37 +101,45 @@ class Guard:
         """The permit for one call of the guarded function (see the class).
 
         ``aacquire`` is its asyncio twin. They share everything but the one
-        awaited call (``semaphore``, ``_options``, ``granted``, ``_unguarded``):
-        a driven core, as the waiting loop has, would be longer than the
-        three lines it would spare.
+        awaited call (``semaphore``, ``_options``, ``granted``, ``_FailurePolicy``).
         """
         sem = self.semaphore(args, kwargs)
-        if sem is None:
-            return None
-        try:
-            return granted(sem, sem.attempt(**self._options(label, metadata)))
-        except BackendUnavailable as error:
-            _unguarded(sem, error, label)
-            return None
+        with _FailurePolicy(sem, label):
+            if sem is not None:
+                return granted(sem, sem.attempt(**self._options(label, metadata)))
+        return None  # not limited, or Redis failed and its policy runs the call unguarded
 
     async def aacquire(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], label: str, metadata: dict[str, Any] | None = None
     ) -> Permit | None:
         """``acquire`` on the asyncio client."""
         sem = self.semaphore(args, kwargs)
-        if sem is None:
-            return None
-        try:
-            return granted(sem, await sem.aattempt(**self._options(label, metadata)))
-        except BackendUnavailable as error:
-            _unguarded(sem, error, label)
-            return None
+        with _FailurePolicy(sem, label):
+            if sem is not None:
+                return granted(sem, await sem.aattempt(**self._options(label, metadata)))
+        return None
 
 
-def _unguarded(sem: Semaphore, error: BackendUnavailable, label: str) -> None:
-    """The semaphore's failure policy, as for requests: "allow" runs the call unguarded, "deny" raises."""
-    if not let_through(sem.config, error, where=label):
-        raise error
+@dataclass
+class _FailurePolicy:
+    """Around a call's attempt: the semaphore's failure policy, as for requests.
+
+    Redis failing under "allow" ends the ``with`` and the call runs unguarded;
+    under "deny" the ``BackendUnavailable`` is raised on.
+    """
+
+    sem: Semaphore | None
+    label: str
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> bool:
+        if not isinstance(error, BackendUnavailable) or self.sem is None:
+            return False
+        return let_through(self.sem.config, error, where=self.label)
 
 
 def limit(
@@ -134,10 +163,7 @@ def limit(
     within ``wait``, ``SemaphoreFull`` is raised (``retry_after`` says when
     to try again; a paused semaphore's is ``PAUSED_RETRY_AFTER``).
     """
-    check_name(name)
-    if key is not None and not callable(key):
-        raise TypeError(f"key must be a function of the call's arguments, not {type(key).__name__}.")
-    guard = Guard(name, key, wait, weight, lease)
+    guard = Guard.checked(name, key, wait, weight, lease, whose="call's")
 
     def decorator(func: Callable[P, R]) -> Callable[P, R]:
         shown = label or f"{func.__module__}.{func.__qualname__}"

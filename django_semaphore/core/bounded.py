@@ -159,6 +159,27 @@ class Connections:
                 self._read(connection, self._posted.pop(connection), deadline, read)
         return self._usable(connection, deadline)
 
+    def lend(self, deadline: Deadline, use: Callable[[Any], T]) -> T:
+        """``use(connection)`` on a connection taken by ``deadline`` (``take``), given back once it is done.
+
+        One that ``use`` left with an error is disconnected first: what it was
+        sending or reading may not have ended. Replies of earlier posts it
+        carried are handed over (``hand``) once it is back.
+        """
+        read: list[tuple[Posted, Any]] = []
+        try:
+            connection = self.take(deadline, read)
+            try:
+                used = use(connection)
+            except BaseException:
+                connection.disconnect()
+                self.give_back(connection)
+                raise
+            self.give_back(connection)
+            return used
+        finally:
+            hand(read)
+
     def _take_unread(self) -> Any:
         """A connection for another post: replies left on it stay, and it is not looked at (one may be waiting)."""
         try:
@@ -406,27 +427,16 @@ def connections_for(client: SyncClient, key: str) -> Connections:
 
 def exchange(connections: Connections, deadline: Deadline, commands: list[tuple[Any, ...]]) -> list[Any]:
     """Send ``commands`` on one connection and read their replies (errors as values), by ``deadline``."""
-    read: list[tuple[Posted, Any]] = []  # replies of earlier posts the connection carried, handed over after
-    try:
-        connection = connections.take(deadline, read)
-        return _exchanged(connections, connection, deadline, commands)
-    finally:
-        hand(read)
+    return connections.lend(deadline, lambda connection: _exchanged(connections, connection, deadline, commands))
 
 
 def _exchanged(
     connections: Connections, connection: Any, deadline: Deadline, commands: list[tuple[Any, ...]]
 ) -> list[Any]:
-    try:
-        packed = connection.pack_command(*commands[0]) if len(commands) == 1 else connection.pack_commands(commands)
-        _send(connections, connection, packed, deadline)
-        replies: list[Any] = []
-        _read_replies(connection, len(commands), deadline, connections.timeout, replies)
-    except BaseException:
-        connection.disconnect()
-        connections.give_back(connection)
-        raise
-    connections.give_back(connection)
+    packed = connection.pack_command(*commands[0]) if len(commands) == 1 else connection.pack_commands(commands)
+    _send(connections, connection, packed, deadline)
+    replies: list[Any] = []
+    _read_replies(connection, len(commands), deadline, connections.timeout, replies)
     return replies
 
 

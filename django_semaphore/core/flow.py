@@ -281,8 +281,9 @@ class Driver:
     ``drive`` runs a flow on a sync client, every round trip by ``deadline``;
     ``adrive`` on an asyncio client, whose caller cancels the task at the
     deadline (here it bounds the "not after" of each acquire). Both decide
-    what a step sends in one place (``_call_for``, ``_answered``) and give back
-    what a call cut short may hold (core/waits.py), a cancelled task too.
+    what a step sends and what a first reply leaves in one place
+    (``_call_for``, ``_answered``, ``_after_first``) and give back what a call
+    cut short may hold (core/waits.py), a cancelled task too.
     """
 
     client: Any
@@ -295,11 +296,10 @@ class Driver:
         try:
             if flow is None:
                 sent = time.monotonic()
-                reply = AcquireReply.parse(self._perform(first_acquire(self.request)), sent)
-                done = settled(reply, time.monotonic() - sent)
-                if done is not None:
-                    return done
-                flow = acquire_flow(self.request, first=reply)
+                rest = self._after_first(self._perform(first_acquire(self.request)), sent)
+                if isinstance(rest, AcquireReply):
+                    return rest
+                flow = rest
             stepping: Stepping[Step, AcquireReply] = Stepping(flow)
             while stepping.step is not None:
                 stepping.reply(self._perform(stepping.step))
@@ -313,11 +313,10 @@ class Driver:
         try:
             if flow is None:
                 sent = time.monotonic()
-                reply = AcquireReply.parse(await self._aperform(first_acquire(self.request)), sent)
-                done = settled(reply, time.monotonic() - sent)
-                if done is not None:
-                    return done
-                flow = acquire_flow(self.request, first=reply)
+                rest = self._after_first(await self._aperform(first_acquire(self.request)), sent)
+                if isinstance(rest, AcquireReply):
+                    return rest
+                flow = rest
             stepping: Stepping[Step, AcquireReply] = Stepping(flow)
             while stepping.step is not None:
                 stepping.reply(await self._aperform(stepping.step))
@@ -325,6 +324,12 @@ class Driver:
             await waits.aclean_up(self.client, self.request, error, self.deadline)
             raise
         return stepping.returned
+
+    def _after_first(self, raw: Any, sent: float) -> AcquireReply | Flow:
+        """What the first acquire's reply (sent at ``sent``) leaves: the call's result, or the flow that goes on."""
+        reply = AcquireReply.parse(raw, sent)
+        done = settled(reply, time.monotonic() - sent)
+        return acquire_flow(self.request, first=reply) if done is None else done
 
     @property
     def _read_timeout(self) -> float | None:

@@ -12,6 +12,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from typing import overload
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 _PREFIX_FORBIDDEN = re.compile(r"[{}\s]")
@@ -46,6 +47,35 @@ def hash_partition(value: object) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
+class _PartitionKey:
+    """``keys.holders``: a key of the partition, its ``base`` and then ``suffix``.
+
+    The suffix is spelled out rather than taken from the attribute's name: a
+    key's name is what the data already in Redis is stored under.
+    """
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+
+    @overload
+    def __get__(self, keys: None, owner: type | None = None) -> _PartitionKey: ...
+
+    @overload
+    def __get__(self, keys: SemaphoreKeys, owner: type | None = None) -> str: ...
+
+    def __get__(self, keys: SemaphoreKeys | None, owner: type | None = None) -> _PartitionKey | str:
+        return self if keys is None else keys.base + self.suffix
+
+
+def _name_key(suffix: str) -> staticmethod[[str, str], str]:
+    """``SemaphoreKeys.tally_of(prefix, name)``: a key of the whole name, in its slot, ``suffix`` after the tag."""
+
+    def of(prefix: str, name: str) -> str:
+        return f"{prefix}{{{name}}}:{suffix}"
+
+    return staticmethod(of)
+
+
 @dataclass(frozen=True)
 class SemaphoreKeys:
     """All key names of one semaphore partition."""
@@ -57,73 +87,25 @@ class SemaphoreKeys:
         tag = name if partition is None else f"{name}:{partition}"
         return cls(base=f"{prefix}{{{tag}}}:")
 
-    @staticmethod
-    def stripes_of(prefix: str, name: str) -> str:
-        """A striped semaphore's last limit change (HASH, core/lua/stripe_plan.lua), in the name's own slot."""
-        return f"{prefix}{{{name}}}:stripes"
+    # A name's keys, in its own slot.
+    partitions_of = _name_key("registry")  # its partitions: ZSET hash -> last recorded (ms)
+    partition_labels_of = _name_key("labels")  # beside it: HASH hash -> key, shortened
+    tally_of = _name_key("tally")  # its counts written by every process (core/tally.py)
+    recent_of = _name_key("recent")  # the same counts per 10 s slot of the last hour
+    series_of = _name_key("series")  # partitions the metrics name on their own: ZSET hash -> last in use (ms)
+    series_labels_of = _name_key("series-labels")  # their keys (core/series.py): HASH hash -> key, shortened
+    stripes_of = _name_key("stripes")  # a striped semaphore's last limit change (HASH, core/lua/stripe_plan.lua)
 
-    @staticmethod
-    def partitions_of(prefix: str, name: str) -> str:
-        """The registry of a name's partitions (ZSET hash -> last recorded, ms), in the name's own slot."""
-        return f"{prefix}{{{name}}}:registry"
-
-    @staticmethod
-    def partition_labels_of(prefix: str, name: str) -> str:
-        """The registry's labels (HASH hash -> key, shortened), beside it in the same slot."""
-        return f"{prefix}{{{name}}}:labels"
-
-    @staticmethod
-    def tally_of(prefix: str, name: str) -> str:
-        """A name's counts written by every process (core/tally.py), in the name's own slot."""
-        return f"{prefix}{{{name}}}:tally"
-
-    @staticmethod
-    def series_of(prefix: str, name: str) -> str:
-        """The partitions the metrics name on their own (ZSET hash -> last found in use, ms; core/series.py)."""
-        return f"{prefix}{{{name}}}:series"
-
-    @staticmethod
-    def series_labels_of(prefix: str, name: str) -> str:
-        """Their keys (HASH hash -> key, shortened), beside them in the name's slot."""
-        return f"{prefix}{{{name}}}:series-labels"
-
-    @staticmethod
-    def recent_of(prefix: str, name: str) -> str:
-        """The same counts per 10 s slot of the last hour, beside them (core/tally.py)."""
-        return f"{prefix}{{{name}}}:recent"
-
-    @property
-    def holders(self) -> str:
-        return self.base + "holders"
-
-    @property
-    def info(self) -> str:
-        return self.base + "info"
-
-    @property
-    def state(self) -> str:
-        return self.base + "state"
-
-    @property
-    def queue(self) -> str:
-        return self.base + "queue"
-
-    @property
-    def alive(self) -> str:
-        return self.base + "alive"
-
-    @property
-    def qweight(self) -> str:
-        return self.base + "qweight"
-
-    @property
-    def history(self) -> str:
-        return self.base + "history"
-
-    @property
-    def room(self) -> str:
-        """A waiting room's admission samples (HASH, see core/lua/room.lua)."""
-        return self.base + "room"
+    # The partition's keys every script takes (``common``), and a waiting room's admission samples
+    # (``room``: HASH, see core/lua/room.lua).
+    holders = _PartitionKey("holders")
+    info = _PartitionKey("info")
+    state = _PartitionKey("state")
+    queue = _PartitionKey("queue")
+    alive = _PartitionKey("alive")
+    qweight = _PartitionKey("qweight")
+    history = _PartitionKey("history")
+    room = _PartitionKey("room")
 
     def room_client(self, client: str) -> tuple[str, str]:
         """A waiting room's client address (hashed, ``hash_partition``): its places, and its bucket of new ones."""

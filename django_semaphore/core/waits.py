@@ -128,12 +128,9 @@ def block(client: Any, request: AcquireRequest, step: Block, read_timeout: float
     answers nothing ends the call then.
     """
     connections = bounded.connections_for(client, request.wake_key)
-    read: list[Any] = []  # replies of earlier posts the connection carried, handed over once the wait ends
-    try:
-        connection = connections.take(deadline, read)
-        return _blocked(client, request, step, read_timeout, deadline, connections, connection)
-    finally:
-        bounded.hand(read)
+    return connections.lend(
+        deadline, lambda connection: _blocked(client, request, step, read_timeout, deadline, connection)
+    )
 
 
 def _blocked(
@@ -142,7 +139,6 @@ def _blocked(
     step: Block,
     read_timeout: float | None,
     deadline: Deadline,
-    connections: Any,
     connection: Any,
 ) -> Woken:
     timeout = _cap(step.timeout, read_timeout)
@@ -171,11 +167,6 @@ def _blocked(
     except (redis.exceptions.MovedError, redis.exceptions.AskError):
         # The slot moved: the next acquire, through the cluster client, finds the new owner.
         reply = Woken()
-    except BaseException:
-        connection.disconnect()
-        connections.give_back(connection)
-        raise
-    connections.give_back(connection)
     return reply
 
 

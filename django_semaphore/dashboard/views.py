@@ -8,10 +8,11 @@ never a 500: the dashboard is what an operator opens when things are broken.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from datetime import timezone as dt_timezone
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeAlias
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     # What every view is handed: dashboard/admin.py's SemaphoreDashboardAdmin (which imports this module).
     DashboardAdmin: TypeAlias = ModelAdmin[SemaphoreDashboard]
 
+P = ParamSpec("P")
 POLL_SECONDS = 3
 # What the limit form may ask for; exactly one per post.
 LIMIT_ACTIONS = ("limit", "clear", "pause", "resume")
@@ -233,24 +235,38 @@ def _dashboard_rows(model_admin: DashboardAdmin) -> list[dict[str, Any]]:
     return add_activity([_decorate(model_admin, row) for row in overview(history=True)["semaphores"]])
 
 
+def _reading(
+    view: Callable[Concatenate[DashboardAdmin, HttpRequest, P], HttpResponse],
+) -> Callable[Concatenate[DashboardAdmin, HttpRequest, P], HttpResponse]:
+    """A page that only reads: open to those with the VIEW permission, and a Redis outage is its 503 page.
+
+    Reading Redis is all these views do besides building the answer, so
+    what an outage cuts short is the reading.
+    """
+
+    @functools.wraps(view)
+    def read(model_admin: DashboardAdmin, request: HttpRequest, /, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
+        _require(request, VIEW)
+        try:
+            return view(model_admin, request, *args, **kwargs)
+        except OUTAGES as exc:
+            return _unavailable(model_admin, request, exc)
+
+    return read
+
+
+@_reading
 def dashboard(model_admin: DashboardAdmin, request: HttpRequest) -> HttpResponse:
-    _require(request, VIEW)
-    try:
-        rows = _shown_to(request, _dashboard_rows(model_admin))
-    except OUTAGES as exc:
-        return _unavailable(model_admin, request, exc)
+    rows = _shown_to(request, _dashboard_rows(model_admin))
     context = _context(
         model_admin, request, _("Semaphores"), semaphores=rows, poll_url=_url(model_admin, "json"), error=None
     )
     return TemplateResponse(request, "admin/django_semaphore/dashboard.html", context)
 
 
+@_reading
 def dashboard_json(model_admin: DashboardAdmin, request: HttpRequest) -> HttpResponse:
-    _require(request, VIEW)
-    try:
-        rows = _shown_to(request, _dashboard_rows(model_admin))
-    except OUTAGES as exc:
-        return _unavailable(model_admin, request, exc)
+    rows = _shown_to(request, _dashboard_rows(model_admin))
     return JsonResponse({"schema": SCHEMA_VERSION, "semaphores": rows, **_updated(rows)})
 
 
@@ -264,14 +280,11 @@ def _detail_row(model_admin: DashboardAdmin, sem: Semaphore) -> dict[str, Any]:
     return add_activity([_decorate(model_admin, summary(sem, holders=True, history=True))])[0]
 
 
+@_reading
 def detail(model_admin: DashboardAdmin, request: HttpRequest, name: str) -> HttpResponse:
-    _require(request, VIEW)
     partition = request.GET.get("partition")
-    try:
-        sem = _target(name, partition)
-        (row,) = _shown_to(request, [_detail_row(model_admin, sem)])
-    except OUTAGES as exc:
-        return _unavailable(model_admin, request, exc)
+    sem = _target(name, partition)
+    (row,) = _shown_to(request, [_detail_row(model_admin, sem)])
     json_url = _url(model_admin, "detail_json", name) + (f"?partition={partition}" if partition else "")
     title = _("Semaphore %(name)s") % {"name": name}
     if sem.partition:
@@ -291,12 +304,9 @@ def detail(model_admin: DashboardAdmin, request: HttpRequest, name: str) -> Http
     return TemplateResponse(request, "admin/django_semaphore/detail.html", context)
 
 
+@_reading
 def detail_json(model_admin: DashboardAdmin, request: HttpRequest, name: str) -> HttpResponse:
-    _require(request, VIEW)
-    try:
-        (row,) = _shown_to(request, [_detail_row(model_admin, _target(name, request.GET.get("partition")))])
-    except OUTAGES as exc:
-        return _unavailable(model_admin, request, exc)
+    (row,) = _shown_to(request, [_detail_row(model_admin, _target(name, request.GET.get("partition")))])
     return JsonResponse({"schema": SCHEMA_VERSION, "semaphores": [row], **_updated([row])})
 
 

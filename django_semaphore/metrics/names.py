@@ -40,32 +40,52 @@ LABELS = {
 USED, FREE = "used", "free"
 STATIC, ADAPTIVE = "static", "adaptive"
 
-# name, kind, unit, what it measures (the help text of both exports).
+# Each instrument: its name, its unit, and what it measures (the help text of both exports), a line each.
 USAGE = (
     "django_semaphore.permit.usage",
     "{permit}",
     "Permits in use (state=used) and free (the limit in force less those in use, at least 0).",
 )
-LIMIT = ("django_semaphore.permit.limit", "{permit}", "The limit in force (per partition for a keyed semaphore).")
-WAITERS = ("django_semaphore.waiter.count", "{waiter}", "Callers waiting in line for a permit.")
+LIMIT = (
+    "django_semaphore.permit.limit",
+    "{permit}",
+    "The limit in force (per partition for a keyed semaphore).",
+)
+WAITERS = (
+    "django_semaphore.waiter.count",
+    "{waiter}",
+    "Callers waiting in line for a permit.",
+)
 PARTITIONS = (
     "django_semaphore.partition.count",
     "{partition}",
     "A keyed semaphore's partitions in its registry (recorded in the last two idle periods).",
 )
-ATTEMPTS = ("django_semaphore.acquire.attempts", "{attempt}", "Acquires, by how they ended.")
+ATTEMPTS = (
+    "django_semaphore.acquire.attempts",
+    "{attempt}",
+    "Acquires, by how they ended.",
+)
 ACQUIRE_DURATION = (
     "django_semaphore.acquire.duration",
     "s",
     "How long an acquire took, from the call to its answer, by how it ended.",
 )
-HOLD_DURATION = ("django_semaphore.permit.hold.duration", "s", "How long a permit was held, by how it ended.")
+HOLD_DURATION = (
+    "django_semaphore.permit.hold.duration",
+    "s",
+    "How long a permit was held, by how it ended.",
+)
 LOST = (
     "django_semaphore.permit.lost",
     "{permit}",
     "Permits their holders lost: expired, revoked or at their max hold.",
 )
-ADAPTIVE_HOLD = ("django_semaphore.adaptive.hold_time", "s", "An adaptive limit's average hold in its current window.")
+ADAPTIVE_HOLD = (
+    "django_semaphore.adaptive.hold_time",
+    "s",
+    "An adaptive limit's average hold in its current window.",
+)
 ADAPTIVE_TARGET = (
     "django_semaphore.adaptive.target",
     "s",

@@ -27,31 +27,35 @@ from ..core.clients import SyncClient
 
 MISSING, STRING = "<missing>", "<string>"
 # Each command the Lua files run (tests/ops/test_acl_lines.py keeps the list in step with them), in a form
-# that changes nothing: MISSING stands for a key that does not exist, STRING for one that holds a string.
+# that changes nothing, as redis-cli would take it: <missing> stands for a key that does not exist, <string>
+# for one that holds a string. Named by the command, lower case.
 HARMLESS: dict[str, tuple[str, ...]] = {
-    "del": ("DEL", MISSING),
-    "exists": ("EXISTS", MISSING),
-    "hdel": ("HDEL", MISSING, "f"),
-    "hexists": ("HEXISTS", MISSING, "f"),
-    "hget": ("HGET", MISSING, "f"),
-    "hincrby": ("HINCRBY", STRING, "f", "0"),
-    "hmget": ("HMGET", MISSING, "f"),
-    "hset": ("HSET", STRING, "f", "v"),
-    "hsetnx": ("HSETNX", STRING, "f", "v"),
-    "lrange": ("LRANGE", MISSING, "0", "0"),
-    "ltrim": ("LTRIM", MISSING, "0", "-1"),
-    "pexpire": ("PEXPIRE", MISSING, "1"),
-    "pexpireat": ("PEXPIREAT", MISSING, "1"),
-    "rpush": ("RPUSH", STRING, "v"),
-    "time": ("TIME",),
-    "zadd": ("ZADD", STRING, "0", "m"),
-    "zcard": ("ZCARD", MISSING),
-    "zcount": ("ZCOUNT", MISSING, "0", "0"),
-    "zrange": ("ZRANGE", MISSING, "0", "0"),
-    "zrangebyscore": ("ZRANGEBYSCORE", MISSING, "0", "0"),
-    "zrank": ("ZRANK", MISSING, "m"),
-    "zrem": ("ZREM", MISSING, "m"),
-    "zscore": ("ZSCORE", MISSING, "m"),
+    form.split()[0].lower(): tuple(form.split())
+    for form in (
+        "DEL <missing>",
+        "EXISTS <missing>",
+        "HDEL <missing> f",
+        "HEXISTS <missing> f",
+        "HGET <missing> f",
+        "HINCRBY <string> f 0",
+        "HMGET <missing> f",
+        "HSET <string> f v",
+        "HSETNX <string> f v",
+        "LRANGE <missing> 0 0",
+        "LTRIM <missing> 0 -1",
+        "PEXPIRE <missing> 1",
+        "PEXPIREAT <missing> 1",
+        "RPUSH <string> v",
+        "TIME",
+        "ZADD <string> 0 m",
+        "ZCARD <missing>",
+        "ZCOUNT <missing> 0 0",
+        "ZRANGE <missing> 0 0",
+        "ZRANGEBYSCORE <missing> 0 0",
+        "ZRANK <missing> m",
+        "ZREM <missing> m",
+        "ZSCORE <missing> m",
+    )
 }
 # The string key lives this long (ms) should the user be denied DEL too.
 STRING_MS = 5000

@@ -32,9 +32,9 @@ nothing is done there (docs/security.md, "Slow clients").
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import redis.exceptions
 from asgiref.sync import sync_to_async
@@ -61,6 +61,7 @@ logger = logging.getLogger("django_semaphore.requests")
 ENFORCE, DRY_RUN, OFF = "enforce", "dry-run", "off"
 MODES = (ENFORCE, DRY_RUN, OFF)
 LABEL_LIMIT = 200
+T = TypeVar("T")
 
 
 @dataclass
@@ -362,29 +363,22 @@ class _Take:
 
 
 @dataclass(frozen=True)
-class _PassingBy:
-    """Whether the request passes the room ``semaphore`` by (web/visits.py); reply: a bool."""
+class _AskRoom(Generic[T]):
+    """Ask web/visits.py about the room ``semaphore``: ``ask``, or ``aask`` on the asyncio path; reply: its answer.
 
+    Whether the request passes the room by (a bool), or the request's visit
+    (the ``Visit``, or its error thrown in).
+    """
+
+    ask: Callable[[HttpRequest, Semaphore], T]
+    aask: Callable[[HttpRequest, Semaphore], Awaitable[T]]
     semaphore: Semaphore
 
-    def run(self, request: HttpRequest) -> bool:
-        return visits.bypassed(request, self.semaphore)
+    def run(self, request: HttpRequest) -> T:
+        return self.ask(request, self.semaphore)
 
-    async def arun(self, request: HttpRequest) -> bool:
-        return await visits.abypassed(request, self.semaphore)
-
-
-@dataclass(frozen=True)
-class _Visiting:
-    """The request's visit of the room ``semaphore``; reply: the ``Visit``, or its error thrown in."""
-
-    semaphore: Semaphore
-
-    def run(self, request: HttpRequest) -> Visit:
-        return visits.visit(request, self.semaphore)
-
-    async def arun(self, request: HttpRequest) -> Visit:
-        return await visits.avisit(request, self.semaphore)
+    async def arun(self, request: HttpRequest) -> T:
+        return await self.aask(request, self.semaphore)
 
 
 @dataclass(frozen=True)
@@ -400,7 +394,7 @@ class _GiveBack:
         await agive_back(self.permit)
 
 
-_Step = _KeyOf | _ReadBody | _Take | _GiveBack | _PassingBy | _Visiting
+_Step = _KeyOf | _ReadBody | _Take | _GiveBack | _AskRoom[Any]
 _READ_BODY = _ReadBody()
 
 
@@ -443,13 +437,13 @@ def _visiting(request: HttpRequest, room: Semaphore, mode: str) -> Generator[_St
     visitor is inside, full when it waits in line (a dry run's visitors are
     counted and queued as any, and the view runs anyway).
     """
-    if (yield _PassingBy(room)):
+    if (yield _AskRoom(visits.bypassed, visits.abypassed, room)):
         return skipped(request, room.name, request_outcomes.BYPASSED, mode)
     hung = _hung(request)
     if hung.error is not None:
         return _decide(request, room, None, mode, None, hung.error)
     try:
-        visit: Visit = yield _Visiting(room)
+        visit: Visit = yield _AskRoom(visits.visit, visits.avisit, room)
     except BackendUnavailable as exc:
         hung.note(exc)
         return _decide(request, room, None, mode, None, exc)

@@ -253,6 +253,23 @@ def test_redis_down_follows_the_semaphores_on_error(settings, own_server) -> Non
 
 
 @pytest.mark.processes
+def test_redis_down_follows_the_semaphores_on_error_on_the_asyncio_client_too(settings, own_server) -> None:
+    settings.SEMAPHORES = {
+        **settings.SEMAPHORES,
+        "open": {"limit": 1, "lease": 30, "on_error": "allow"},
+        "closed": {"limit": 1, "lease": 30, "on_error": "deny"},
+    }
+    own_server.stop()
+
+    async def ran() -> str:
+        return "ran unguarded"
+
+    assert asyncio.run(limit("open")(ran)()) == "ran unguarded"
+    with pytest.raises(BackendUnavailable):
+        asyncio.run(limit("closed")(ran)())
+
+
+@pytest.mark.processes
 def test_never_over_the_limit_across_processes(key_prefix: str, redis_client: redis.Redis) -> None:
     processes = [spawn.Process(target=workers.call_guarded, args=(key_prefix, 2, 3.0, seed)) for seed in range(6)]
     try:

@@ -146,6 +146,43 @@ def test_the_repeated_code_check_reads_lua_and_passes_what_is_not_repeated(tmp_p
     assert found.returncode == 0, found.stdout
 
 
+STEP = """
+@dataclass(frozen=True)
+class {name}:
+    \"\"\"A step that asks web/visits.py; reply: what it answers.\"\"\"
+
+    semaphore: Semaphore
+
+    def run(self, request: HttpRequest) -> {reply}:
+        return visits.{call}(request, self.semaphore)
+
+    async def arun(self, request: HttpRequest) -> {reply}:
+        return await visits.a{call}(request, self.semaphore)
+"""
+
+
+def test_the_repeated_code_check_counts_the_head_of_a_class_with_methods_and_not_of_a_record(tmp_path: Path) -> None:
+    """Two small classes written twice are a copy (their heads count); records of one shape are not."""
+    steps = STEP.format(name="_PassingBy", reply="bool", call="bypassed") + STEP.format(
+        name="_Visiting", reply="Visit", call="visit"
+    )
+    found = _repeated(tmp_path, {"a.py": steps})
+    assert found.returncode == 1 and "a.py:2-12 ~ a.py:14-24" in found.stdout, found.stdout
+    records = "".join(f"@dataclass(frozen=True)\nclass R{n}:\n    a: int\n    b: str\n\n\n" for n in range(8))
+    (tmp_path / "a.py").write_text(records)
+    found = _repeated(tmp_path, {"b.py": records.replace("R", "S")})
+    assert found.returncode == 0, found.stdout
+
+
+def test_the_repeated_code_check_takes_named_constants_for_declarations(tmp_path: Path) -> None:
+    """Two lists of constants (attribute keys, outcome names) share a shape and nothing to fold."""
+    keys = "".join(f'{name.upper()} = "django_semaphore.{name}"\n' for name in ("name", "state", "mode", "result"))
+    outcomes = "".join(f'{name.upper()} = "{name}"  # one outcome\n' for name in ("acquired", "full", "bypassed"))
+    sizes = "".join(f"{name} = {size}\n" for name, size in (("MIN", 1), ("MAX", 100), ("LIMIT", -1), ("OFF", None)))
+    found = _repeated(tmp_path, {"a.py": keys + sizes, "b.py": outcomes + sizes.replace("MAX", "TOP")})
+    assert found.returncode == 0, found.stdout
+
+
 def test_the_package_repeats_no_block_but_those_still_listed() -> None:
     checked = subprocess.run(
         [sys.executable, ".ci/repeated_code.py", "--allowed", ".ci/repeated_code_allowed", "django_semaphore"],
