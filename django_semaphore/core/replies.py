@@ -25,8 +25,9 @@ def retry_after_seconds(expected_free_ms: int) -> int:
 
 
 @dataclass(frozen=True)
-class AcquireReply:
-    """What one acquire ended with (a script's reply, or a grant handed over while waiting)."""
+class GrantReply:
+    """What a script granting permits answers first, in this order: an acquire's (``AcquireReply``) and a
+    waiting room visit's (core/visits.py's ``RoomReply``)."""
 
     code: int
     fence: int
@@ -34,6 +35,12 @@ class AcquireReply:
     used: int
     limit: int
     waiting: int
+
+
+@dataclass(frozen=True)
+class AcquireReply(GrantReply):
+    """What one acquire ended with (a script's reply, or a grant handed over while waiting)."""
+
     position: int
     nearest_expiry_ms: int
     expected_free_ms: int

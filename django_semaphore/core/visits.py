@@ -20,7 +20,7 @@ from .calls import holder_metadata
 from .conf import MAX_LIMIT
 from .errors import BackendUnavailable
 from .permit import Permit
-from .replies import _text
+from .replies import GrantReply, _text
 from .semaphore import Semaphore
 from .tally import tally
 
@@ -53,15 +53,9 @@ def bucket_seconds(bucket: int) -> float:
 
 
 @dataclass(frozen=True)
-class RoomReply:
+class RoomReply(GrantReply):
     """What room.lua answered: one visit's outcome and the room's figures as the server saw them."""
 
-    code: int
-    fence: int
-    lease_deadline_ms: int
-    used: int
-    limit: int
-    waiting: int
     now_ms: int
     position: int
     window_admitted: int
