@@ -453,12 +453,26 @@ def built_in_client(cache: Any) -> redis.Redis:
 # -- outages ------------------------------------------------------------------------------------------
 
 
-class translated:  # lower case: used as the function it was, ``with translated(name, partition):``
+class OnExit:
+    """A context manager with nothing to do on the way in; subclasses write ``__exit__`` only.
+
+    A class rather than contextlib's generator form: the ones built on it run
+    on every guarded call (``translated``, the request path's ``ReleasedOnError``),
+    where a generator's frame and its ``contextmanager`` wrapper would cost
+    several times as much.
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+
+class translated(OnExit):  # lower case: used as the function it was, ``with translated(name, partition):``
     """Turn an outage of Redis into ``BackendUnavailable`` (and the signal); let bugs through.
 
     A call Redis answered ends an outage this process is logging (core/outages.py).
-    A class rather than a generator-based context manager: every acquire and
-    release runs inside one.
+    Every acquire and release runs inside one.
     """
 
     __slots__ = ("name", "partition")
@@ -466,9 +480,6 @@ class translated:  # lower case: used as the function it was, ``with translated(
     def __init__(self, name: str, partition: str | None) -> None:
         self.name = name
         self.partition = partition
-
-    def __enter__(self) -> None:
-        return None
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None

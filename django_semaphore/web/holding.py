@@ -32,6 +32,7 @@ from types import TracebackType
 from django.core.signals import got_request_exception
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
+from ..core.connection import OnExit
 from ..core.permit import Permit
 from ..core.renewal import renewer
 from .admission import Admission
@@ -40,22 +41,18 @@ from .visits import dress
 logger = logging.getLogger("django_semaphore.requests")
 
 
-class ReleasedOnError:
+class ReleasedOnError(OnExit):
     """Whatever raises inside it (a view, a key function, a signal receiver, a cancellation) runs ``release``.
 
     Once a permit is granted, only the code that took it holds a reference
     that could give it back; an exception that skipped the release would
-    leave the permit held until its lease ends. A class rather than a
-    generator-based context manager: it runs on every guarded request.
+    leave the permit held until its lease ends. It runs on every guarded request.
     """
 
     __slots__ = ("release",)
 
     def __init__(self, release: Callable[[], object]) -> None:
         self.release = release
-
-    def __enter__(self) -> None:
-        return None
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
