@@ -36,7 +36,9 @@ def _run(processes: list) -> None:
 
 
 def _counts(client: redis.Redis, prefix: str) -> tuple[int, int]:
-    return int(client.get(prefix + "entries") or 0), int(client.get(prefix + "over") or 0)
+    entries, over, unavailable = (int(client.get(prefix + name) or 0) for name in ("entries", "over", "unavailable"))
+    print(f"{entries} entries, {over} over the limit, {unavailable} calls unavailable (their wait ran out)")
+    return entries, over
 
 
 @pytest.fixture
