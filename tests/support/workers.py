@@ -194,7 +194,7 @@ def contend_on_cluster(
     from django.conf import settings
 
     cluster = redis.cluster.RedisCluster(
-        host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=1, **credentials
+        host="127.0.0.1", port=port, socket_timeout=10, socket_connect_timeout=5, **credentials
     )
     settings.SEMAPHORE_CONNECTION = lambda: cluster
     from django_semaphore import BackendUnavailable, Semaphore
