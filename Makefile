@@ -22,11 +22,12 @@ demo: $(STAMP)
 load: $(STAMP)
 	$(BIN)/python example_project/loadgen.py $(LOAD_ARGS)
 
-# In parallel (pytest-xdist): each worker starts its own server; a module's tests stay on one worker.
+# In parallel (pytest-xdist): each worker starts its own server; the longest tests go first, a module whose
+# tests share a fixture stays on one worker (pyproject.toml's addopts, tests/conftest.py).
 # TEST_WORKERS=0 runs the suite in this one process.
 TEST_WORKERS ?= 4
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Each part on its own too, for .pre-commit-config.yaml: the hooks run exactly these.
 lint: lint-ruff lint-format lint-duplicates lint-types

@@ -39,6 +39,8 @@ class Plan:
     launch_idle: float
     launch_quiet: float
     launch_burst: int
+    # Calls per round of the cycle's CPU and server-time counts (the test suite's smoke run takes a few).
+    cpu_calls: int = 500
 
 
 FULL = Plan(1.0, 5, 12, 4.0, 3, 300, 1.0, 3.0, 2.0, 20.0, 100, 8.0, 600.0, 240.0, 300)
@@ -51,7 +53,7 @@ def benchmarks(
     from . import adaptive, concurrency, contended, cycle, dashboard, expiry, handoff, otel, room, scale, stripes, web
 
     return {
-        "cycle": lambda b: cycle.run(b, plan.cycle_seconds, plan.repeats),
+        "cycle": lambda b: cycle.run(b, plan.cycle_seconds, plan.repeats, plan.cpu_calls),
         "contended": lambda b: contended.run(b, processes, plan.contended_seconds, plan.contended_repeats),
         "handoff": lambda b: handoff.run(b, plan.handoff_samples),
         "expiry": lambda b: expiry.run(b, plan.expiry_samples),

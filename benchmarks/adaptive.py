@@ -39,11 +39,13 @@ UNTARGETED: dict[str, dict[str, Any]] = {
 COLOURS = ("#1f77b4", "#2ca02c", "#ff7f0e", "#d62728")
 
 
-def run(bench: Bench, seconds: float, svg: str | None = None) -> dict[str, Any]:
+def run(bench: Bench, seconds: float, svg: str | None = None, processes: int = 4) -> dict[str, Any]:
     runs: dict[str, knee.Run] = {}
     for index, (label, limit) in enumerate({**CASES, **UNTARGETED}.items()):
         options = {"limit": limit, "lease": 10}
-        runs[label] = knee.run("benchmarks.settings", bench.prefix, options, KNEE, seconds, name=f"knee-{index}")
+        runs[label] = knee.run(
+            "benchmarks.settings", bench.prefix, options, KNEE, seconds, processes=processes, name=f"knee-{index}"
+        )
     acceptable = KNEE.base * ACCEPTABLE
     cases = {
         label: {

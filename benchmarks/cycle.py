@@ -176,7 +176,7 @@ def server_us(bench: Bench, semaphore: Any, count: int = 500) -> dict[str, float
     return {"server_us_acquire": acquire, "server_us_release": release, "server_us_set_nx_px": set_nx}
 
 
-def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
+def run(bench: Bench, seconds: float, repeats: int, calls: int = 500) -> dict[str, Any]:
     from django_semaphore import get_semaphore
 
     results: dict[str, Any] = {"cycle_hiredis_available": HIREDIS_AVAILABLE}
@@ -189,9 +189,9 @@ def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
             cases = _cases(semaphore, client, bench.prefix)
             rates = interleaved_rates(cases, seconds, repeats)
             results.update(_ratios(rates, tag))
-            results.update(client_cpu(cases, tag, repeats))
+            results.update(client_cpu(cases, tag, repeats, calls))
             if not hiredis:
-                results.update(server_us(bench, semaphore))
-                results.update(server_cycles(bench, semaphore))
+                results.update(server_us(bench, semaphore, calls))
+                results.update(server_cycles(bench, semaphore, calls))
         client.close()
     return results

@@ -175,6 +175,9 @@ def run(
     while now() < end:
         limits.append((now(), sem.status(0).limit))
         time.sleep(0.1)
+    # And the limit in force at the end, so the last part of the run has a reading however late a loaded
+    # machine let this loop run (it once had none, and no median).
+    limits.append((now(), sem.status(0).limit))
     records: list[tuple[float, float | None]] = []
     over = 0
     changes: list[tuple[float, int, int]] = []

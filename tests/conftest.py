@@ -133,6 +133,36 @@ def way(request: pytest.FixtureRequest, redis_client: redis.Redis) -> modes.Way:
     return way
 
 
+# Scopes of a fixture of the suite's that tests share, and so a worker: the module's tests stay together.
+SHARED_SCOPES = {"module", "package"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The order pytest-xdist hands tests out in (``--dist loadgroup --no-loadscope-reorder``, in addopts):
+    the tests marked ``alone`` first, while nothing else runs yet; then the long ones (``processes``, ``slow``,
+    and modules whose tests share a fixture, such as a cluster or a browser), so that the short ones fill the
+    end of the run instead of one long test holding it up. A module whose tests share a module-scoped
+    fixture is one group (``xdist_group``): one worker sets it up once, rather than every worker, or again
+    each time its tests come back to it. Run in one process, the order changes nothing a test may rely on:
+    each test sets up what it needs.
+    """
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("alone"):
+            return 0
+        if any(item.get_closest_marker(name) for name in ("processes", "slow", "xdist_group")):
+            return 1
+        return 2
+
+    for item in items:
+        definitions = getattr(item, "_fixtureinfo", None)
+        fixtures = [d[-1] for d in definitions.name2fixturedefs.values() if d] if definitions else []
+        if any(f.scope in SHARED_SCOPES and f.baseid for f in fixtures):  # a plugin's have no baseid
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    items.sort(key=rank)
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """Under pytest-xdist, a test marked ``alone`` runs with no other test beside it, on any worker.

@@ -23,7 +23,7 @@ from django_semaphore.core.renewal import renewer
 from django_semaphore.exceptions import BackendUnavailable, WeightAboveLimit
 
 from .conftest import Adapted
-from .test_adaptive import adaptive, cycle, make, start, window_passes
+from .test_adaptive import SLOW, TARGET, adaptive, cycle, make, start, window_passes
 
 
 def wait_for_line(sem: Semaphore, waiting: int, timeout: float = 5.0) -> None:
@@ -54,10 +54,10 @@ def test_a_configuration_the_checks_accept_is_one_the_scripts_accept(spec: dict[
 def test_backoff_near_one_at_the_floor_still_moves_and_never_goes_below_min() -> None:
     sem = make(initial=2, min=1, max=3, backoff=0.999)
     start(sem)
-    cycle(sem, hold=0.07)  # slow: floor(2 * 0.999) = 1
+    cycle(sem, hold=SLOW)  # slow: floor(2 * 0.999) = 1
     assert sem.status().limit == 1
     window_passes()
-    cycle(sem, hold=0.07)  # floor(1 * 0.999) = 0, held at min
+    cycle(sem, hold=SLOW)  # floor(1 * 0.999) = 0, held at min
     status = sem.status()
     assert status.limit == 1
     assert sem.attempt().permit is not None  # not stuck at 0
@@ -279,7 +279,7 @@ def test_a_queued_weight_above_a_lowered_limit_is_refused_and_the_line_behind_it
     t_light = threading.Thread(target=light)
     t_light.start()
     wait_for_line(sem, 2)
-    time.sleep(0.07)
+    time.sleep(SLOW)
     held.pop().release()  # a slow hold ends the window: 4 -> 2, the heavy head (3) can never fit now
     assert sem.status().limit == 2
     for permit in held:
@@ -293,7 +293,7 @@ def test_a_queued_weight_above_a_lowered_limit_is_refused_and_the_line_behind_it
 
 
 def test_fifo_holds_when_the_limit_shrinks_under_a_waiting_line() -> None:
-    sem = make(name="fifo", initial=4, min=2, max=6, backoff=0.5, target=0.05)
+    sem = make(name="fifo", initial=4, min=2, max=6, backoff=0.5, target=TARGET)
     start(sem)
     held = [sem.acquire() for _ in range(4)]
     assert all(held)
@@ -313,7 +313,7 @@ def test_fifo_holds_when_the_limit_shrinks_under_a_waiting_line() -> None:
         thread.start()
         threads.append(thread)
         wait_for_line(sem, i + 1)  # tickets in order 0..3
-    time.sleep(0.07)
+    time.sleep(SLOW)
     held.pop().release()  # slow hold: 4 -> 2 with 3 still held, nobody served
     assert sem.status().limit == 2 and sem.status().waiting == 4
     for permit in held:

@@ -47,9 +47,12 @@ def test_handoffs_between_processes_with_different_waiter_ttls_never_overlap(
 ) -> None:
     # A rolling deploy: half the processes run with SEMAPHORE_WAITER_TTL 0.1, half with 5. A permit
     # one hands to another lives on the receiver's own claim, so nobody's lease runs out mid-hold.
+    # Holds are 0.2-0.3 s: a permit left on a 0.1 s claim would be taken mid-hold; a lease of 5 s is not
+    # outrun by a loaded machine's stalls (a lease of 1 s was, and a hold that outlives its lease may
+    # overlap the next by design).
     ttls = [0.05, 0.05, 0.05, 5.0] * 2
     processes = [
-        spawn.Process(target=workers.take_turns, args=(key_prefix, "deploy", ttl, 1.0, auto_renew, 5.0, seed))
+        spawn.Process(target=workers.take_turns, args=(key_prefix, "deploy", ttl, 5.0, auto_renew, 5.0, seed))
         for seed, ttl in enumerate(ttls)
     ]
     try:
@@ -74,8 +77,9 @@ def test_a_permit_handed_over_lives_on_the_receivers_own_claim_not_the_releasers
     sem = make("claims", lease=30)
     holder = sem.acquire(auto_renew=False)
     assert holder is not None
-    # The waiter runs with a TTL of 5 s (its claim: 10 s) and a lease of 1 s, and holds 0.5 s.
-    waiter = spawn.Process(target=workers.wait_then_enter, args=(key_prefix, "claims", 1.0, auto_renew, 5.0, 0.5))
+    # The waiter runs with a TTL of 5 s (its claim: 10 s) and a lease of 5 s, and holds 3 s: still inside
+    # when this process looks, however late a loaded machine lets it look.
+    waiter = spawn.Process(target=workers.wait_then_enter, args=(key_prefix, "claims", 5.0, auto_renew, 5.0, 3.0))
     try:
         waiter.start()
         wait_until(lambda: sem.status().waiting == 1)

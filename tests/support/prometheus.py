@@ -95,6 +95,18 @@ class Prometheus(_Group):
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
 
+    def query_range(self, expr: str, seconds: float, step: float = 1.0) -> list[dict[str, Any]]:
+        """A range query's result matrix over the last ``seconds``: what a Grafana panel showing them draws."""
+        end = time.time()
+        params = {"query": expr, "start": f"{end - seconds:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        url = f"{self.url}/api/v1/query_range?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            body = json.load(answer)
+        if body.get("status") != "success":
+            raise AssertionError(f"{expr}: {body}")
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
     def label_values(self, label: str) -> list[str]:
         """Every value ``label`` ever had in the stored series."""
         with urllib.request.urlopen(f"{self.url}/api/v1/label/{label}/values", timeout=10) as answer:

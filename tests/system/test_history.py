@@ -8,7 +8,7 @@ and release outcome is recorded on a separate server, the probe
 (tests/support/history/). The checker then asserts the documented promises
 on the history (tests/support/history/checker.py); docs/failure-modes.md
 names the scenario behind each row. Each family runs ``HISTORY_SECONDS``
-(12 by default, the hand-off family 20 at least; 60 in CI; ``0`` skips them),
+(8 by default, the hand-off family 20 at least; 60 in CI; ``0`` skips them),
 in both ways the engine runs its Lua.
 """
 
@@ -19,11 +19,11 @@ import os
 import pytest
 
 from ..support import modes
-from ..support.history.run import Outcome, history_run
+from ..support.history.run import ENTRIES_PER_SECOND, Outcome, history_run
 
 pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
 
-SECONDS = float(os.environ.get("HISTORY_SECONDS", "12"))
+SECONDS = float(os.environ.get("HISTORY_SECONDS", "8"))
 TIMEOUT = SECONDS + 240
 
 
@@ -35,7 +35,7 @@ def checked(family: str, way: modes.Way, settings, key_prefix: str) -> Outcome:
     print(f"\nhistory {family} ({way}): {outcome.summary()}")
     assert outcome.crashed == [], outcome.summary()
     assert outcome.ran_this_way
-    assert outcome.verdict.stats["entries"] > 3 * SECONDS, outcome.summary()
+    assert outcome.verdict.stats["entries"] > ENTRIES_PER_SECOND * SECONDS, outcome.summary()
     assert outcome.line_looks > 0
     assert outcome.verdict.ok, outcome.summary()
     assert outcome.drained_in is not None, outcome.summary()

@@ -99,7 +99,10 @@ def _in_threads(work: list[Callable[[], None]]) -> None:
 
 
 def test_fifty_visitors_are_let_in_in_the_order_they_came_and_never_more_than_the_limit(room_site: RoomSite) -> None:
-    base = room_site(limit=5, lease=1.0, refresh=1.0, abandon=3.0)
+    # Order and the limit are the point, not lapses (the tests below have theirs): every visit ends with
+    # /room/done/ and every waiter polls, so a lease and an abandon time no loaded machine outlasts (the 50
+    # first requests and 45 position reads come one after another) change nothing the test counts.
+    base = room_site(limit=5, lease=60.0, refresh=1.0, abandon=60.0)
     room = get_semaphore("room")
     visitors = [Visitor(base) for _ in range(50)]
     first = [v.get() for v in visitors]  # their first requests, in this order: the order of arrival
@@ -148,14 +151,16 @@ def test_fifty_visitors_are_let_in_in_the_order_they_came_and_never_more_than_th
 
 
 def test_refresh_second_tab_and_a_short_disconnect_keep_the_place(room_site: RoomSite) -> None:
-    base = room_site(limit=1, lease=30.0, refresh=1.0, abandon=3.0)
+    # An abandon time no loaded machine outlasts between two of a waiting visitor's requests here (with 3 s,
+    # `a` was abandoned before the loop below asked for it): a disconnect shorter than it keeps the place.
+    base = room_site(limit=1, lease=30.0, refresh=1.0, abandon=10.0)
     inside, a, b, c = (Visitor(base) for _ in range(4))
     assert inside.get()[0] == 200
     assert [v.position() for v in (a, b, c)] == [1, 2, 3]
     assert b.get()[0] == 503 and b.position() == 2  # a refresh, as HTML and as JSON
     tab = b.copy()
     assert tab.position() == 2 and get_semaphore("room").status().waiting == 3  # one visitor, one place
-    silent_until = time.monotonic() + 1.5  # b's browser offline for half its abandon time
+    silent_until = time.monotonic() + 1.5  # b's browser offline for a while, well within its abandon time
     while time.monotonic() < silent_until:
         a.position()
         c.position()

@@ -18,7 +18,8 @@ from django_semaphore import get_semaphore
 from django_semaphore.web.partition_keys import key_for
 
 from ..support.dual_stack import DualStackServer
-from ..support.guards import declare, hold
+from ..support.guards import declare, hold, used
+from ..support.polling import wait_until
 
 IP_URL = "/surface/keyed/ip/"  # @semaphore("guarded", key="ip"), limit 1
 CLIENT, OTHER, OUR_PROXY = "203.0.113.7", "198.51.100.1", "10.0.0.2"
@@ -81,6 +82,9 @@ def test_ipv4_clients_of_a_real_dual_stack_listener_keep_their_own_partitions() 
         status, body = server.get(IP_URL, source="127.0.0.2")
         assert status == 200 and json.loads(body)["outcome"] == "acquired"
         assert known_keys() == {partition_of("127.0.0.2")}  # not "::/64"
+        # The server's thread gives the request's permit back as it closes the response, which may be after
+        # the client has read it: the permit is free once Redis says so, not after a guessed pause.
+        wait_until(lambda: used(key=partition_of("127.0.0.2")) == 0)
         permit = hold(key=partition_of("127.0.0.2"))
         try:
             assert server.get(IP_URL, source="127.0.0.2")[0] == 503

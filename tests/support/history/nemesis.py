@@ -51,6 +51,8 @@ MIDDLE = (1.2, 1.8)
 HANDOFF_STALL = 1.5
 # How often the line watcher looks (s).
 LOOK_EVERY = 0.05
+# Seconds a run too thin to check goes on by, each time (Nemesis.run).
+EXTENSION = 3.0
 
 
 class Workers:
@@ -94,6 +96,10 @@ class Workers:
     @property
     def until(self) -> float:
         return float(self.go.value)
+
+    def extend(self, seconds: float) -> None:
+        """End the run ``seconds`` later than planned."""
+        self.go.value += seconds
 
     @property
     def pids(self) -> list[int]:
@@ -270,14 +276,22 @@ class Nemesis:
         }
         return families[family]
 
-    def run(self, family: str) -> None:
+    def run(self, family: str, enough: Callable[[], bool], latest: float) -> None:
+        """Faults until the run ends; a run that has not ``enough`` to show by then goes on, to ``latest`` at most.
+
+        A loaded machine gets through fewer turns in the planned time: the run goes on, a few seconds at a
+        time, until its history is as full as a quiet machine's would be (or ``latest``, monotonic clock).
+        """
         moves, (least, most) = self.moves(family)
-        until = self.workers.until
         ahead: list[Callable[[], None]] = []
-        while time.monotonic() < until - 1:
+        while True:
+            if time.monotonic() >= self.workers.until - 1:
+                if enough() or self.workers.until >= latest:
+                    break
+                self.workers.extend(min(EXTENSION, latest - self.workers.until))
             self.rest(self.rng.uniform(least, most))
-            if time.monotonic() >= until - 1:
-                break
+            if time.monotonic() >= self.workers.until - 1:
+                continue
             if not ahead:  # every fault of the family once per round, in a random order
                 ahead = list(moves)
                 self.rng.shuffle(ahead)

@@ -111,6 +111,13 @@ def read_history(client: redis.Redis, run: str) -> list[Event]:
     return events
 
 
+def entries(client: redis.Redis, run: str) -> int:
+    """How many entries ``run`` has recorded so far."""
+    log = keys(run)[0]
+    chunks = (client.lrange(log, start, start + CHUNK - 1) for start in range(0, client.llen(log), CHUNK))
+    return sum(b'"k":"enter"' in raw for chunk in chunks for raw in chunk)
+
+
 def most_inside(client: redis.Redis, run: str) -> dict[str, int]:
     """The most weight each semaphore ever had inside, as the probe counted it (no excuse made)."""
     inside = keys(run)[1]

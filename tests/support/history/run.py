@@ -20,7 +20,8 @@ from .. import modes
 from .checker import Verdict, check
 from .nemesis import HANDOFF_STALL, LineWatcher, Nemesis, Workers, semaphores
 from .plan import FAIR, LEASE, LIMITS, TIMEOUTS, WAITER_TTL, WorkerPlan
-from .recorder import Recorder, most_inside, read_history
+from .recorder import Recorder, entries, most_inside, read_history
+from .worker import CHILD_DEADLINE
 
 PROCESSES = 3
 # What each family asks of the workers besides the usual turns.
@@ -29,6 +30,12 @@ WORKER_OPTIONS: dict[str, dict[str, Any]] = {
     "clients": {"suicide_rate": 0.02, "fork_rate": 0.05},
 }
 SERVER_OPTIONS = {"restarts": ["--appendonly", "yes", "--appendfsync", "always"]}
+# Entries per second of a run a history is worth checking with (a quiet machine records many more): a run
+# that has fewer at its planned end goes on, to twice its length at most (a loaded machine's).
+ENTRIES_PER_SECOND = 3
+# Seconds the worker processes are given to end their turns once the run ends (a forked child's own turns
+# included), before one still running counts as hung: far more than a quiet machine takes.
+ENDING = 2 * LEASE + CHILD_DEADLINE + 30
 # Seconds a family runs at least: the hand-off family's stalls each catch a new holder's renewal in flight
 # only now and then (the waiter may be between two waits), so it takes a few of them.
 LEAST_SECONDS = {"handoff": 20.0}
@@ -74,14 +81,17 @@ def history_run(family: str, way: modes.Way, settings: Any, prefix: str, seconds
         watcher = LineWatcher(server.url, prefix, recorder)
         nemesis = Nemesis(server, recorder, workers, rng)
         watcher.start()
+        probe_client = redis.Redis.from_url(probe.url)
         try:
             workers.begin(seconds)
-            nemesis.run(family)
-            workers.stop(timeout=2 * LEASE + 10)
+            least = ENTRIES_PER_SECOND * seconds
+            nemesis.run(family, lambda: entries(probe_client, run) > least, latest=workers.until + seconds)
+            workers.stop(timeout=ENDING)
         finally:
             watcher.stop()
             workers.stop(timeout=0)
             nemesis.close()
+            probe_client.close()
         drained_in = _drained(3 * LEASE + 10)
         with redis.Redis.from_url(server.url) as admin:
             ran_this_way = way.ran_only_this_way(admin)

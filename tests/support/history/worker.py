@@ -65,14 +65,20 @@ def pick(rng: random.Random, mutex_wait: float = 0.0) -> Turn:
 class Worker:
     """The process's actors, sharing its recorder and semaphores."""
 
-    def __init__(self, plan: WorkerPlan, until: float) -> None:
+    def __init__(self, plan: WorkerPlan, go: Any) -> None:
         from django_semaphore import Semaphore
         from django_semaphore.core.conf import SemaphoreConfig
 
         self.plan = plan
         self.recorder = Recorder(plan.probe_url, plan.run)
         self.semaphores = {g.name: Semaphore(SemaphoreConfig.from_options(g.name, g.options())) for g in SEMAPHORES}
-        self.end = until
+        # When the run ends, which the nemesis may move later (a run a loaded machine kept too thin to check).
+        # Read without the shared number's lock: a child forked from a thread may inherit it held.
+        self._go = go.get_obj()
+
+    @property
+    def end(self) -> float:
+        return float(self._go.value)
 
     def call_id(self, actor: str, turn: int) -> str:
         return f"{os.getpid()}.{actor}.{turn}"
@@ -287,7 +293,7 @@ def run(plan: WorkerPlan, ready: Any, go: Any) -> None:
     ready.set()
     while not go.value:
         time.sleep(0.01)
-    worker = Worker(plan, go.value)
+    worker = Worker(plan, go)
     _listen(worker.recorder)
     worker.recorder.event("started", fast=plan.fast_paths)
     actors = [

@@ -34,14 +34,19 @@ def viewer(transactional_db: None) -> User:
 
 @pytest.fixture
 def permits() -> Any:
+    # Held, not renewed, for as long as the test may take on a loaded machine (the settings' 10 s lease of
+    # "search" ran out while the browser logged in, and the busiest key changed under the test).
+    lease = 600
     reports = get_semaphore("reports")
     held = [
-        reports.acquire(label="nightly-export", auto_renew=False),
-        reports.acquire(label="invoice-pdf", auto_renew=False),
+        reports.acquire(label="nightly-export", auto_renew=False, lease=lease),
+        reports.acquire(label="invoice-pdf", auto_renew=False, lease=lease),
     ]
     reports.attempt(weight=2)  # turned away: shows in the counters
-    search = [get_semaphore("search", key=user).acquire(auto_renew=False) for user in ("alice", "alice", "bob")]
-    get_semaphore("weighted").acquire(weight=4, label="batch", auto_renew=False)
+    search = [
+        get_semaphore("search", key=user).acquire(auto_renew=False, lease=lease) for user in ("alice", "alice", "bob")
+    ]
+    get_semaphore("weighted").acquire(weight=4, label="batch", auto_renew=False, lease=lease)
     yield held
     for name in ("reports", "weighted"):
         get_semaphore(name).force_release_all()

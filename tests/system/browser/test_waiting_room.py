@@ -69,7 +69,10 @@ class Watch:
 def test_twelve_browsers_wait_in_line_and_are_let_in_by_themselves_in_order(browser: Any, room_site: RoomSite) -> None:
     from playwright.sync_api import expect
 
-    base = room_site(limit=2, lease=1.0, refresh=1.0, abandon=4.0)
+    # The lease (1 s) moves the line: a page let in asks nothing more, so its visit ends a lease later. The
+    # abandon time is no part of the point: long, so that no page whose poll a loaded machine delays
+    # (twelve pages, one browser) loses its place while the line forms.
+    base = room_site(limit=2, lease=1.0, refresh=1.0, abandon=30.0)
     room = get_semaphore("room")
     pausing.pause(room)  # the operator's pause: every visitor queues, so the line forms in a known order
     contexts = [browser.new_context(viewport={"width": 900, "height": 700}) for _ in range(12)]
