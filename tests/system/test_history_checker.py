@@ -332,3 +332,14 @@ def test_a_grant_made_after_the_restart_is_not_excused_by_it() -> None:
     made = granted_then_restarted(fence_before_the_crash=False)
     assert caught(made, "permits lost without cause")
     assert caught(made, "over the limit")
+
+
+def test_a_span_the_server_answered_nobody_is_a_stall_of_the_server() -> None:
+    """Measured, not injected (a loaded machine): only half a lease or more may cost a permit its lease."""
+
+    def lost_in_a_span(seconds: float) -> Made:
+        made = Made().come_in("a", "mutex", 1).fault("unanswered", seconds)
+        return made.add("lost", "mutex", t="tok-a", reason="expired").leave("a", "mutex", held=False)
+
+    assert lost_in_a_span(LEASE * 0.6).verdict().ok
+    assert caught(lost_in_a_span(LEASE * 0.3), "permits lost without cause")
