@@ -343,3 +343,19 @@ def test_a_span_the_server_answered_nobody_is_a_stall_of_the_server() -> None:
 
     assert lost_in_a_span(LEASE * 0.6).verdict().ok
     assert caught(lost_in_a_span(LEASE * 0.3), "permits lost without cause")
+
+
+def test_a_span_excuses_a_holder_only_by_what_of_it_came_after_the_grant() -> None:
+    """A server slow for seconds still grants (it drains its backlog once a pause ends): what is left of the span
+    after a grant, not the whole span, is what may cost that permit its lease."""
+
+    def lost_after(granted_into_the_span: float) -> Made:
+        made = Made().ask("a", "mutex")
+        made.add("fault", id="u", phase="start", what="unanswered", stalls=True)
+        granted = made.us + int(granted_into_the_span * 1e6)
+        made.add("fault", id="u", phase="end", after=LEASE * 0.75)
+        made.enter("a", "mutex", granted, after=0.01)
+        return made.add("lost", "mutex", t="tok-a", reason="expired", after=1.5).leave("a", "mutex", held=False)
+
+    assert lost_after(0.5).verdict().ok  # 2.5 s of it after the grant: half a lease and more
+    assert caught(lost_after(LEASE * 0.7), "permits lost without cause")  # 0.2 s of it after the grant

@@ -19,9 +19,11 @@ held, unless its lease was lost. The checks:
   A holder is excused, no longer counted, from the start of a fault that may
   end its lease by nature, met from its grant on (an entry is recorded once
   ``acquire`` returned, which a loaded machine may delay past a short fault:
-  the fence dates the grant, ``Call.granted_by_us``): a server or process stall of at least half a lease
-  (a renewal every third of a lease leaves at least two thirds of it, and a
-  late renewal thread some more), or a restart that forgets data. An excuse
+  the fence dates the grant, ``Call.granted_by_us``): a server or process
+  stall of at least half a lease after the grant (a renewal every third of a
+  lease leaves at least two thirds of it, and a late renewal thread some
+  more), the nemesis's or one measured (the server answering nobody in time,
+  nemesis.py's ``Unanswered``), or a restart that forgets data. An excuse
   the limit needed holds only if the holder is told (``semaphore_lost``) or
   gone within one lease of the fault's end, if its release never says it was
   still held, and if every caller who asked after the fault began and came in
@@ -300,13 +302,20 @@ def _excusing(history: History, lease: float) -> list[Fault]:
     ]
 
 
-def _cause(excusing: list[Fault], call: Call, last: int) -> Fault | None:
-    """The first of ``excusing`` that hit ``call``'s process between its grant and event ``last``."""
+def _cause(excusing: list[Fault], call: Call, last: int, lease: float) -> Fault | None:
+    """The first of ``excusing`` that hit ``call``'s process between its grant and event ``last``.
+
+    A stall counts by what of it came after the grant: a slow server still grants (the backlog a pause
+    leaves, a machine that lets it run now and then), and a stall ending just after a grant leaves that
+    permit nearly its whole lease.
+    """
     assert call.entered is not None
     for fault in excusing:
         if fault.down is not None and call.invoked > fault.down:
             continue  # asked once the server had forgotten: granted afresh
-        if fault.affects(call.process) and fault.overlaps_hold(call, last):
+        if not (fault.affects(call.process) and fault.overlaps_hold(call, last)):
+            continue
+        if fault.forgets or fault.end_us - max(fault.start_us, call.granted_by_us) >= LEASE_STALL * lease * 1e6:
             return fault
     return None
 
@@ -316,7 +325,7 @@ def _excuse(history: History, lease: float) -> None:
     excusing = _excusing(history, lease)
     for call in history.granted():
         assert call.entered is not None and call.ended is not None
-        call.excuse = _cause(excusing, call, call.ended)
+        call.excuse = _cause(excusing, call, call.ended, lease)
         if call.excuse is not None:
             call.excused_from = max(call.excuse.start, call.entered)
 
@@ -332,7 +341,7 @@ def _check_losses(history: History, verdict: Verdict, lease: float) -> None:
         lost = history.lost.get(call.token)
         refused = [release for release in history.releases.get(call.token, []) if not release["held"]]
         found = lost if lost is not None else refused[0] if refused else None
-        if found is not None and _cause(excusing, call, found.seq) is None:
+        if found is not None and _cause(excusing, call, found.seq, lease) is None:
             how = "a renewal" if found is lost else "its release"
             why = f" ({found.get('reason')})" if found is lost and found.get("reason") else ""
             verdict.add(
