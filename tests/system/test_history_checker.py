@@ -33,8 +33,17 @@ class Made:
     def ask(self, call: str, sem: str, weight: int = 1, process: str = "1") -> Made:
         return self.add("invoke", sem, process, c=call, w=weight)
 
-    def enter(self, call: str, sem: str, fence: int, weight: int = 1, process: str = "1", token: str = "") -> Made:
-        return self.add("enter", sem, process, c=call, w=weight, f=fence, t=token or f"tok-{call}")
+    def enter(
+        self,
+        call: str,
+        sem: str,
+        fence: int,
+        weight: int = 1,
+        process: str = "1",
+        token: str = "",
+        after: float = 0.001,
+    ) -> Made:
+        return self.add("enter", sem, process, after, c=call, w=weight, f=fence, t=token or f"tok-{call}")
 
     def come_in(self, call: str, sem: str, fence: int, weight: int = 1, process: str = "1") -> Made:
         return self.ask(call, sem, weight, process).enter(call, sem, fence, weight, process)
@@ -291,3 +300,62 @@ def test_a_dead_process_is_outside_from_when_it_was_found_dead() -> None:
 
 def test_an_unexpected_exception_in_a_worker_fails_the_history() -> None:
     assert caught(Made().add("error", c="a", text="ResponseError: boom"), "worker errors")
+
+
+def granted_then_restarted(*, fence_before_the_crash: bool) -> Made:
+    """Holder "a" of the mutex granted before a restart that forgets (or just after it, on the new server), its
+    entry recorded once the restart was over (a process slow to record it, on a loaded machine); "b" comes in
+    beside it, then a renewal finds a's permit gone.
+
+    Fences are readings of the server's clock at the grant, in µs (never below it: docs/failure-modes.md),
+    on the probe's clock too, as in a real run: both servers read the machine's clock.
+    """
+    made = Made().ask("a", "mutex")
+    granted = made.us + 500
+    made.add("fault", id="r", phase="start", what="restart-empty", stalls=False, forgets=True)
+    made.add("fault", id="r", phase="down")
+    fence = granted if fence_before_the_crash else made.us + 1_000  # served by the new server before the end
+    made.add("fault", id="r", phase="end", after=0.05)
+    made.enter("a", "mutex", fence, after=0.3)
+    made.come_in("b", "mutex", made.us + 100, process="2").leave("b", "mutex", process="2")
+    return made.add("lost", "mutex", t="tok-a", reason="expired", after=0.7).leave("a", "mutex", held=False)
+
+
+def test_a_grant_a_restart_forgot_before_its_holder_came_in_is_excused() -> None:
+    """The hold begins at the grant, which the fence dates when the entry is recorded late: not at the entry."""
+    verdict = granted_then_restarted(fence_before_the_crash=True).verdict()
+    assert verdict.ok, verdict.report()
+    assert verdict.stats["excused"] == 1 and verdict.stats["excuses needed"] == 1
+
+
+def test_a_grant_made_after_the_restart_is_not_excused_by_it() -> None:
+    made = granted_then_restarted(fence_before_the_crash=False)
+    assert caught(made, "permits lost without cause")
+    assert caught(made, "over the limit")
+
+
+def test_a_span_the_server_answered_nobody_is_a_stall_of_the_server() -> None:
+    """Measured, not injected (a loaded machine): only half a lease or more may cost a permit its lease."""
+
+    def lost_in_a_span(seconds: float) -> Made:
+        made = Made().come_in("a", "mutex", 1).fault("unanswered", seconds)
+        return made.add("lost", "mutex", t="tok-a", reason="expired").leave("a", "mutex", held=False)
+
+    assert lost_in_a_span(LEASE * 0.6).verdict().ok
+    assert caught(lost_in_a_span(LEASE * 0.3), "permits lost without cause")
+
+
+def test_a_span_excuses_a_holder_only_by_what_of_it_came_after_the_grant() -> None:
+    """A server slow for seconds still grants (it drains its backlog once a pause ends): what is left of the span
+    after a grant, not the whole span, is what may cost that permit its lease."""
+
+    def lost_after(granted_into_the_span: float) -> Made:
+        made = Made().ask("a", "mutex")
+        made.add("fault", id="u", phase="start", what="unanswered", stalls=True)
+        granted = made.us + int(granted_into_the_span * 1e6)
+        made.add("fault", id="u", phase="end", after=LEASE * 0.75)
+        made.enter("a", "mutex", granted, after=0.01)
+        return made.add("lost", "mutex", t="tok-a", reason="expired", after=1.5).leave("a", "mutex", held=False)
+
+    assert lost_after(0.5).verdict().ok  # 2.5 s of it after the grant: half a lease and more
+    assert caught(lost_after(LEASE * 0.7), "permits lost without cause")  # 0.2 s of it after the grant

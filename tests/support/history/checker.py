@@ -17,9 +17,13 @@ held, unless its lease was lost. The checks:
   (docs/failure-modes.md: a restart without persistence, or from an older
   snapshot, forgets grants; their holders learn it at their next renewal).
   A holder is excused, no longer counted, from the start of a fault that may
-  end its lease by nature: a server or process stall of at least half a lease
-  (a renewal every third of a lease leaves at least two thirds of it, and a
-  late renewal thread some more), or a restart that forgets data. An excuse
+  end its lease by nature, met from its grant on (an entry is recorded once
+  ``acquire`` returned, which a loaded machine may delay past a short fault:
+  the fence dates the grant, ``Call.granted_by_us``): a server or process
+  stall of at least half a lease after the grant (a renewal every third of a
+  lease leaves at least two thirds of it, and a late renewal thread some
+  more), the nemesis's or one measured (the server answering nobody in time,
+  nemesis.py's ``Unanswered``), or a restart that forgets data. An excuse
   the limit needed holds only if the holder is told (``semaphore_lost``) or
   gone within one lease of the fault's end, if its release never says it was
   still held, and if every caller who asked after the fault began and came in
@@ -76,6 +80,7 @@ class Fault:
     end_us: int = 0
     # When the server was down (killed) for a fault that forgets: a call made later cannot hold a forgotten grant.
     down: int | None = None
+    down_us: int = 0
 
     @property
     def seconds(self) -> float:
@@ -87,6 +92,14 @@ class Fault:
     def overlaps(self, first: int, last: int) -> bool:
         return self.start < last and self.end > first
 
+    def overlaps_hold(self, call: Call, last: int) -> bool:
+        """Whether this fault overlaps ``call``'s hold up to event ``last``: it began before that, and ended after
+        the grant (after the entry, or after the grant as its fence dates it: ``Call.granted_by_us``); for a
+        restart that forgets, the server died after the grant."""
+        assert call.entered is not None
+        ended_us = self.down_us if self.down is not None else self.end_us
+        return self.start < last and (self.end > call.entered or ended_us > call.granted_by_us)
+
 
 @dataclass
 class Call:
@@ -97,6 +110,7 @@ class Call:
     weight: int
     process: str
     invoked: int
+    invoked_us: int = 0
     entered: int | None = None
     entered_us: int = 0
     fence: int = 0
@@ -106,6 +120,18 @@ class Call:
     excused_from: int | None = None
     excuse: Fault | None = None
     needed: bool = False
+
+    @property
+    def granted_by_us(self) -> int:
+        """When the grant was made at the latest, on the probe's clock (µs): at the entry, or at the fence if earlier.
+
+        An entry is recorded once ``acquire`` has returned, which a loaded machine may delay past a short
+        fault (a restart that forgot the grant meanwhile). A fence is never below the server's clock in µs
+        at its grant (docs/failure-modes.md), and the servers of a run read one machine's clock: a fence
+        between the call and the entry dates the grant. One below the call is no reading of the clock at
+        the grant (fences gone back, which their own checks catch), and dates nothing.
+        """
+        return self.fence if self.invoked_us <= self.fence < self.entered_us else self.entered_us
 
 
 @dataclass
@@ -156,7 +182,7 @@ class History:
         for event in self.events:
             kind = event.kind
             if kind == "invoke":
-                call = Call(event["c"], event.sem, event["w"], event.process, event.seq)
+                call = Call(event["c"], event.sem, event["w"], event.process, event.seq, event.us)
                 self.calls[call.id] = call
                 by_process[call.process].append(call)
             elif kind == "enter":
@@ -218,7 +244,8 @@ class History:
                     self._limit_moved(name, event.seq, current[name])
             return
         if event["phase"] == "down":
-            open_faults[event["id"]].down = event.seq
+            fault = open_faults[event["id"]]
+            fault.down, fault.down_us = event.seq, event.us
             return
         fault = open_faults.pop(event["id"])
         fault.end, fault.end_us = event.seq, event.us
@@ -275,13 +302,20 @@ def _excusing(history: History, lease: float) -> list[Fault]:
     ]
 
 
-def _cause(excusing: list[Fault], call: Call, last: int) -> Fault | None:
-    """The first of ``excusing`` that hit ``call``'s process between its entry and event ``last``."""
+def _cause(excusing: list[Fault], call: Call, last: int, lease: float) -> Fault | None:
+    """The first of ``excusing`` that hit ``call``'s process between its grant and event ``last``.
+
+    A stall counts by what of it came after the grant: a slow server still grants (the backlog a pause
+    leaves, a machine that lets it run now and then), and a stall ending just after a grant leaves that
+    permit nearly its whole lease.
+    """
     assert call.entered is not None
     for fault in excusing:
         if fault.down is not None and call.invoked > fault.down:
             continue  # asked once the server had forgotten: granted afresh
-        if fault.affects(call.process) and fault.overlaps(call.entered, last):
+        if not (fault.affects(call.process) and fault.overlaps_hold(call, last)):
+            continue
+        if fault.forgets or fault.end_us - max(fault.start_us, call.granted_by_us) >= LEASE_STALL * lease * 1e6:
             return fault
     return None
 
@@ -291,7 +325,7 @@ def _excuse(history: History, lease: float) -> None:
     excusing = _excusing(history, lease)
     for call in history.granted():
         assert call.entered is not None and call.ended is not None
-        call.excuse = _cause(excusing, call, call.ended)
+        call.excuse = _cause(excusing, call, call.ended, lease)
         if call.excuse is not None:
             call.excused_from = max(call.excuse.start, call.entered)
 
@@ -307,12 +341,15 @@ def _check_losses(history: History, verdict: Verdict, lease: float) -> None:
         lost = history.lost.get(call.token)
         refused = [release for release in history.releases.get(call.token, []) if not release["held"]]
         found = lost if lost is not None else refused[0] if refused else None
-        if found is not None and _cause(excusing, call, found.seq) is None:
+        if found is not None and _cause(excusing, call, found.seq, lease) is None:
             how = "a renewal" if found is lost else "its release"
+            why = f" ({found.get('reason')})" if found is lost and found.get("reason") else ""
             verdict.add(
                 "permits lost without cause",
-                f"{call.id} ({call.sem} f{call.fence}): {how} found it gone "
-                f"{(found.us - call.entered_us) / 1e6:.2f} s after it came in, with no fault to end its lease",
+                f"{call.id} ({call.sem} f{call.fence}): {how} found it gone{why} "
+                f"{(found.us - call.entered_us) / 1e6:.2f} s after it came in (asked "
+                f"{(call.entered_us - call.invoked_us) / 1e6:.2f} s before, granted at least "
+                f"{(call.entered_us - call.granted_by_us) / 1e6:.2f} s before), with no fault to end its lease",
             )
 
 

@@ -9,9 +9,11 @@ processes killed (``kill -9``), and an operator's pause, resume and limits.
 Only processes this run started are stopped, killed or resumed, by pid.
 
 Beside it: ``Workers`` keeps the worker processes running (a dead one is
-recorded dead, then replaced), and ``LineWatcher`` records what each fair
+recorded dead, then replaced), ``LineWatcher`` records what each fair
 semaphore's waiting line holds, read in one transaction on the server under
-test, so the checker can hold waiters to their order.
+test, so the checker can hold waiters to their order, and ``Unanswered``
+records the spans in which the server under test answered nobody in time
+though the nemesis did nothing to it (a loaded machine).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from django_semaphore import Semaphore
 from django_semaphore.testing import RedisServer
 
 from . import trigger, worker
-from .plan import FAIR, LEASE, SEMAPHORES, WorkerPlan
+from .plan import FAIR, LEASE, SEMAPHORES, SOCKET_TIMEOUT, WorkerPlan
 from .recorder import Recorder
 
 spawn = multiprocessing.get_context("spawn")
@@ -194,6 +196,61 @@ class LineWatcher(threading.Thread):
     def stop(self) -> None:
         self.halt.set()
         self.join(5)
+        self.client.close()
+
+
+class Unanswered(threading.Thread):
+    """Records each span in which the server under test answered no ``PING`` within the app's socket timeout.
+
+    The nemesis is not alone in stalling it: on a loaded machine the server
+    waits for the CPU or for an ``fsync`` (``appendfsync always``) now and
+    then, for seconds at a time. To the library such a span is an outage like
+    any other (a call not answered within the socket timeout has failed), and
+    one of half a lease may cost a permit its lease; unrecorded, the checker
+    would call the loss one without cause. Each is recorded as a fault, a
+    stall of the server ("unanswered"), from the first look not answered in
+    time (so from one socket timeout after the span began, at the latest) to
+    the next look answered: shorter than the span, never longer, and held by
+    the checker to the rules of any stall (only half a lease or more excuses a
+    lost lease). A look answered late by a watcher that was itself kept from
+    running is still answered: its reply was waiting for it.
+    """
+
+    def __init__(self, url: str, recorder: Recorder) -> None:
+        super().__init__(daemon=True)
+        # No retries: a look not answered in time is the observation itself.
+        self.client = redis.Redis.from_url(
+            url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT, retry=Retry(NoBackoff(), 0)
+        )
+        self.recorder = recorder
+        self.halt = threading.Event()
+        # The span now open (its fault id), and how long each recorded span lasted (s), on the probe's clock.
+        self._open: tuple[str, int] | None = None
+        self.spans: list[float] = []
+
+    def run(self) -> None:
+        while not self.halt.wait(LOOK_EVERY):
+            try:
+                self.client.ping()
+            except redis.RedisError:
+                if self._open is None:
+                    number = f"unanswered-{len(self.spans) + 1}"
+                    start = self.recorder.event("fault", id=number, phase="start", what="unanswered", stalls=True)
+                    self._open = (number, start)
+                continue
+            self._close()
+
+    def _close(self) -> None:
+        if self._open is not None:
+            number, start = self._open
+            end = self.recorder.event("fault", id=number, phase="end", what="unanswered")
+            self.spans.append((end - start) / 1e6)
+            self._open = None
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(5)
+        self._close()
         self.client.close()
 
 

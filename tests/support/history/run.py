@@ -18,7 +18,7 @@ from django_semaphore.testing import RedisServer, find_binary
 
 from .. import modes
 from .checker import Verdict, check
-from .nemesis import HANDOFF_STALL, LineWatcher, Nemesis, Workers, semaphores
+from .nemesis import HANDOFF_STALL, LineWatcher, Nemesis, Unanswered, Workers, semaphores
 from .plan import FAIR, LEASE, LIMITS, TIMEOUTS, WAITER_TTL, WorkerPlan
 from .recorder import Recorder, entries, most_inside, read_history
 from .worker import CHILD_DEADLINE
@@ -54,13 +54,16 @@ class Outcome:
     ran_this_way: bool
     line_looks: int
     seconds: float
+    # How long each span lasted (s) in which the server answered nobody in time, the nemesis's faults or not.
+    unanswered: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
+        longest = f", the longest {max(self.unanswered):.2f} s" if self.unanswered else ""
         return (
             f"{self.seconds:.0f} s; faults {dict(self.faults)}; processes {dict(self.exits)}; "
             f"most inside as recorded {self.most_inside}; line looks {self.line_looks}; "
-            f"drained in {self.drained_in}\n{self.verdict.report()}"
+            f"spans unanswered {len(self.unanswered)}{longest}; drained in {self.drained_in}\n{self.verdict.report()}"
         )
 
 
@@ -79,15 +82,18 @@ def history_run(family: str, way: modes.Way, settings: Any, prefix: str, seconds
         rng = random.Random()
         workers = Workers(recorder, plan, PROCESSES, rng)
         watcher = LineWatcher(server.url, prefix, recorder)
+        unanswered = Unanswered(server.url, recorder)
         nemesis = Nemesis(server, recorder, workers, rng)
         watcher.start()
         probe_client = redis.Redis.from_url(probe.url)
+        unanswered.start()
         try:
             workers.begin(seconds)
             least = ENTRIES_PER_SECOND * seconds
             nemesis.run(family, lambda: entries(probe_client, run) > least, latest=workers.until + seconds)
             workers.stop(timeout=ENDING)
         finally:
+            unanswered.stop()
             watcher.stop()
             workers.stop(timeout=0)
             nemesis.close()
@@ -111,6 +117,7 @@ def history_run(family: str, way: modes.Way, settings: Any, prefix: str, seconds
         ran_this_way,
         watcher.looks,
         time.monotonic() - started,
+        unanswered.spans,
     )
 
 
