@@ -33,7 +33,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from ..core.room_options import RoomOptions
-from ..core.visits import RoomReply
+from ..core.visits import IN_LINE, RoomReply
 
 # The header of the page's own polls (request), and of a view ending the visit (response).
 HEADER = "Semaphore-Room"
@@ -76,6 +76,36 @@ def pre_queued(reply: RoomReply, options: RoomOptions) -> bool:
     return bool(options.opens_ms) and reply.now_ms < options.opens_ms
 
 
+def shown_place(reply: RoomReply, options: RoomOptions) -> int | None:
+    """The visitor's place as the room shows it: people ahead + 1, 0 inside, None while it is not shown.
+
+    A drawn place is never shown: in the pre-queue (drawn at the opening)
+    nor in a random-order room (drawn for each newcomer), where a script
+    reading its place would take tickets (its address's bound a minute) and
+    keep the best-placed one, while a person gets one draw. Nor is there one
+    to show for a visitor who holds none (a challenge, a refusal, not open yet).
+    """
+    if reply.inside:
+        return 0
+    if reply.code != IN_LINE or pre_queued(reply, options) or options.queueing == "random":
+        return None
+    return reply.position
+
+
+def shown_eta(reply: RoomReply, options: RoomOptions) -> float | None:
+    """The estimated wait the room shows a visitor in line (None: unknown, or nothing to show).
+
+    In a random-order room, the wait of the middle of the line: what any
+    place in it may expect, the same for every ticket (the visitor's own
+    would tell its place).
+    """
+    if reply.inside or reply.code != IN_LINE or pre_queued(reply, options):
+        return None
+    if options.queueing == "random":
+        return reply.eta_seconds((reply.waiting - 1) // 2, options.refresh)
+    return reply.eta_seconds(reply.position - 1, options.refresh)
+
+
 def _moment(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, dt_timezone.utc).isoformat(timespec="seconds")
 
@@ -83,13 +113,13 @@ def _moment(ms: int) -> str:
 def status_document(reply: RoomReply, options: RoomOptions, work: str | None = None) -> dict[str, Any]:
     """The JSON a client waiting its turn reads: these four keys, and ``opens_at`` in a launch's room.
 
-    In the pre-queue (before the opening) ``position`` and ``eta_seconds``
-    are null: every pre-queued visitor's place is drawn at the opening.
+    ``position`` is null where the place is drawn (the pre-queue, a random-order room: ``shown_place``) and
+    for a visitor who holds none yet (a challenge); ``eta_seconds`` is null in the pre-queue, and in a
+    random-order room the middle of the line's.
     """
-    early = pre_queued(reply, options) or work is not None
     document: dict[str, Any] = {
-        "position": None if early else reply.position,
-        "eta_seconds": None if early else reply.eta_seconds(reply.position - 1, options.refresh),
+        "position": shown_place(reply, options),
+        "eta_seconds": shown_eta(reply, options),
         "refresh_seconds": options.refresh,
         "updated_at": updated_at(reply).isoformat(timespec="seconds"),
     }
@@ -128,7 +158,7 @@ def queue_answer(
         context = {
             "room": name,
             "position": document["position"] if document["position"] is not None else "-",
-            "ahead": max(reply.position - 1, 0),
+            "ahead": None if document["position"] is None else max(document["position"] - 1, 0),
             "eta_seconds": document["eta_seconds"],
             "eta": eta_text(document["eta_seconds"]),
             "refresh_seconds": options.refresh,

@@ -76,13 +76,14 @@ class Visit:
         return self.reply.inside
 
     @property
-    def position(self) -> int:
-        """People ahead in line + 1; 0 when inside."""
-        return self.reply.position
+    def position(self) -> int | None:
+        """People ahead in line + 1; 0 when inside; None where the room shows no place (a drawn one, or none
+        held: web/room_page.py's ``shown_place``), so a view's own page cannot show it either."""
+        return room_page.shown_place(self.reply, self.options)
 
     @property
     def eta_seconds(self) -> float | None:
-        return None if self.inside else self.reply.eta_seconds(self.position - 1, self.options.refresh)
+        return room_page.shown_eta(self.reply, self.options)
 
     @property
     def answers(self) -> bool:

@@ -14,6 +14,7 @@ one browser, and ``REMOTE_ADDR`` its client address.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -153,3 +154,36 @@ def test_a_cookieless_flood_cannot_push_a_real_visitor_back(settings) -> None:
     placed = flood.count(503)
     assert 30 <= placed <= 30 + refilled + 1 and flood.count(429) == 200 - placed
     assert json.loads(real.get("/room/", **JSON).content)["position"] == placed + 1
+
+
+def test_a_script_cannot_read_its_place_in_a_random_room_to_keep_the_best_of_many_tickets(settings) -> None:
+    """Grinding: in a random-order room each new ticket lands at a place drawn for it. A script that could read
+    its place would take tickets (30 a minute per address) and keep the best-placed one, where a person gets
+    one draw: the answers of one line's tickets must not tell their places apart."""
+    declare(settings, limit=1, queueing="random", client_places=None, client_tickets_per_minute=None)
+    first = browser(ALICE)
+    assert first.get("/room/").status_code == 200
+    assert first.post("/room/done/").status_code == 200  # a visit ended: the room knows a visit's length
+    assert browser(BOB).get("/room/").status_code == 200  # the room is full again
+    tickets = [browser(ATTACKER) for _ in range(12)]
+    for ticket in tickets:
+        assert ticket.get("/room/", **JSON).status_code == 503
+    answers = [json.loads(ticket.get("/room/", **JSON).content) for ticket in tickets]
+    assert {answer["position"] for answer in answers} == {None}
+    etas = {answer["eta_seconds"] for answer in answers}
+    assert len(etas) == 1 and None not in etas  # the line's wait, not the ticket's own
+    pages = [ticket.get("/room/") for ticket in tickets]
+    assert {page.context["ahead"] for page in pages} == {None}  # a site's own template gets nothing to show
+    assert len({re.sub(rb"<time.*?</time>", b"", page.content) for page in pages}) == 1
+
+
+def test_nobody_reads_their_drawn_place_before_the_opening(settings) -> None:
+    """The pre-queue's places are drawn at the opening: none is shown before it, nor given to a site's template."""
+    declare(settings, limit=1, opens=time.time() + 3600, client_places=None, client_tickets_per_minute=None)
+    tickets = [browser(ATTACKER) for _ in range(6)]
+    for ticket in tickets:
+        assert ticket.get("/room/", **JSON).status_code == 503
+    answers = [json.loads(ticket.get("/room/", **JSON).content) for ticket in tickets]
+    assert {(answer["position"], answer["eta_seconds"]) for answer in answers} == {(None, None)}
+    pages = [ticket.get("/room/") for ticket in tickets]
+    assert {page.context["ahead"] for page in pages} == {None}
