@@ -38,8 +38,15 @@ def test_the_pre_queue_is_shuffled_uniformly_over_many_launches(settings, redis_
     """Each of six early arrivals, in a hundred launches each, lands in each of the six places about equally."""
     opens = time.time() + 3600
     places: dict[int, Counter[int]] = {arrival: Counter() for arrival in range(EARLY)}
+    # Each launch its own room and opening (its own draw), declared at once: one settings override per room
+    # would nest 600 deep, past the recursion limit of the settings' lookup.
+    rooms = {
+        f"launch{run}": {"limit": 1, "lease": 60, "waiting_room": {"refresh": 1, "abandon": 60, "opens": opens + run}}
+        for run in range(RUNS)
+    }
+    settings.SEMAPHORES = {**settings.SEMAPHORES, **rooms}
     for run in range(RUNS):
-        sem = launch_room(settings, f"launch{run}", opens=opens + run)  # each launch its own opening: its own draw
+        sem = get_semaphore(f"launch{run}")
         for arrival in range(EARLY):
             reply = arrive(sem, f"{arrival:032x}")
             assert reply.code == visits.IN_LINE and reply.used == 0  # nobody in before the opening

@@ -248,9 +248,13 @@ def test_a_waiting_rooms_requests_inside_are_attempts_and_polls_in_line_are_none
 
     settings.SEMAPHORES = {"m": {"limit": 1, "lease": 30, "waiting_room": {"refresh": 1, "client_places": 2}}}
     sem = get_semaphore("m")
-    assert visits.visit(sem, "room-a", client="c")[0].inside  # let in: acquired
-    assert visits.visit(sem, "room-a", client="c")[0].inside  # already inside: acquired again
+    assert visits.visit(sem, visits.VisitAsk("room-a", client="c"))[0].inside  # let in: acquired
+    assert visits.visit(sem, visits.VisitAsk("room-a", client="c"))[0].inside  # already inside: acquired again
     for _ in range(3):
-        assert not visits.visit(sem, "room-b", client="c")[0].inside  # in line, asking again: nothing counted
-    assert visits.visit(sem, "room-c", client="c")[0].refused == visits.PLACES  # a third place refused: rejected
+        assert not visits.visit(sem, visits.VisitAsk("room-b", client="c"))[
+            0
+        ].inside  # in line, asking again: nothing counted
+    assert (
+        visits.visit(sem, visits.VisitAsk("room-c", client="c"))[0].refused == visits.PLACES
+    )  # a third place refused: rejected
     assert results(written()) == {ACQUIRED: 2, REJECTED: 1}

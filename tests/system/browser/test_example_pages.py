@@ -30,7 +30,7 @@ def test_landing_page_and_busy_page_render_with_static_css_only(page: Any, live_
     expect(page.locator("h1")).to_have_text("django-semaphore example shop")
     accent = page.locator("header").evaluate("element => getComputedStyle(element).backgroundColor")
     assert accent == "rgb(11, 110, 79)"  # site.css was allowed and applied
-    assert page.locator("ul.demos li").count() == 11
+    assert page.locator("ul.demos li").count() == 12
     page.screenshot(path=str(ARTIFACTS / "example-home.png"), full_page=True)
 
     reports = get_semaphore("reports")
