@@ -26,6 +26,8 @@ from redis.exceptions import NoPermissionError, RedisError, ResponseError
 from ..core.clients import SyncClient
 
 MISSING, STRING = "<missing>", "<string>"
+# The string key lives this long (ms) should the user be denied DEL too.
+STRING_MS = 5000
 # Each command the Lua files run (tests/ops/test_acl_lines.py keeps the list in step with them), in a form
 # that changes nothing, as redis-cli would take it: <missing> stands for a key that does not exist, <string>
 # for one that holds a string. Named by the command, lower case.
@@ -34,6 +36,7 @@ HARMLESS: dict[str, tuple[str, ...]] = {
     for form in (
         "DEL <missing>",
         "EXISTS <missing>",
+        "GET <missing>",
         "HDEL <missing> f",
         "HEXISTS <missing> f",
         "HGET <missing> f",
@@ -46,6 +49,7 @@ HARMLESS: dict[str, tuple[str, ...]] = {
         "PEXPIRE <missing> 1",
         "PEXPIREAT <missing> 1",
         "RPUSH <string> v",
+        f"SET <string> x PX {STRING_MS}",  # as the string was set: it still lapses
         "TIME",
         "ZADD <string> 0 m",
         "ZCARD <missing>",
@@ -54,11 +58,10 @@ HARMLESS: dict[str, tuple[str, ...]] = {
         "ZRANGEBYSCORE <missing> 0 0",
         "ZRANK <missing> m",
         "ZREM <missing> m",
+        "ZREMRANGEBYSCORE <missing> 0 0",
         "ZSCORE <missing> m",
     )
 }
-# The string key lives this long (ms) should the user be denied DEL too.
-STRING_MS = 5000
 # "... no permissions to run the 'time' command": a top-level refusal, or a script's on Redis 7.2+ and Valkey.
 _NAMED = re.compile(r"permissions to run the '([a-z|_-]+)' command")
 _PLAIN_NAME = re.compile(r"^[\w.@:-]+$")
