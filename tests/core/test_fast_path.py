@@ -450,6 +450,10 @@ def test_not_fair_a_release_wakes_the_head_of_the_line(engines, way) -> None:
 
 def test_a_line_the_fast_path_does_not_serve_falls_through(engines, way) -> None:
     def scenario(run: Run) -> None:
+        # A waiter TTL of 7 s, so that "e"'s permit, handed on a claim below it (3 s, half its 6 s claim), outlasts
+        # the five calls from its grant to its release on a loaded machine (on 0.5 s, it ran out and the release
+        # read 0); an idle period its places in line fit in (the fast path serves none that would outlive the keys).
+        run.config = "3 7000 60000 10 30000 1 1"
         seeded(run)
         run.set_limit("set", 2)
         assert run.acquire("a", "fast")[0] == 1
@@ -460,11 +464,11 @@ def test_a_line_the_fast_path_does_not_serve_falls_through(engines, way) -> None
         assert run.release("w", "fast") == 1
         assert run.acquire("c", "fast")[0] == 1
         assert run.acquire("d", "fast")[0] == 1
-        assert run.acquire("e", "full", mode="wait", claim=1000)[0] == 3  # a claim below this call's waiter TTL
+        assert run.acquire("e", "full", mode="wait", claim=6000)[0] == 3  # a claim below this call's waiter TTL
         assert run.release("c", "full") == 1
         assert run.release("d", "fast") == 1
         assert run.acquire("f", "fast")[0] == 1
-        assert run.acquire("g", "full", mode="wait")[0] == 3
+        assert run.acquire("g", "full", mode="wait", claim=14000)[0] == 3  # a waiter TTL of this call's (half)
         run.set_limit("set", 1)  # lowered: "e" and "f" hold, so a release frees nothing
         assert run.release("e", "full") == 1
         assert run.release("f", "fast") == 1  # frees one: handed to "g"
