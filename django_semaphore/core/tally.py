@@ -287,7 +287,6 @@ class Tally:
                 self._attempts, self._holds = {}, {}
 
 
-
 def _merge(into: dict[Key, list[int]], rows: dict[Key, list[int]]) -> None:
     for key, row in rows.items():
         mine = into.get(key)
