@@ -14,7 +14,7 @@ from .calls import Calls, ScriptCall
 from .clients import SyncClient
 from .conf import MAX_SECONDS
 from .renewal import renewer
-from .replies import RenewReply, SemaphoreStatus
+from .replies import GrantReply, RenewReply, SemaphoreStatus
 from .tally import EXPIRED, MAX_HOLD, RELEASED, REVOKED, tally
 
 logger = logging.getLogger("django_semaphore.permits")
@@ -42,52 +42,60 @@ class Permit:
     is what a resource compares (docs/guides/leases-and-fencing.md).
     """
 
+    # How every permit starts: class attributes, which an instance overrides once its own changes, so that
+    # a grant (the busiest path) writes only what it was given.
+    released = False
+    lost = False
+    # The lease reached the max hold: no renewal extends it any more.
+    final = False
+    # Set before the release script runs, so a renewal racing with it
+    # (and finding the token gone) is not mistaken for a lost lease.
+    _releasing = False
+    # The release failed or was cut short: the background retries it until the lease would end.
+    _unconfirmed = False
+    # When its holder let it go (monotonic): the end of its hold time.
+    _let_go_at = 0.0
+    # What frees the lane a striped semaphore's permit holds in its process once it ends
+    # (core/stripe_lanes.py); None for any other.
+    lane: Callable[[], object] | None = None
+
     def __init__(
         self,
+        source: signals.Source,
+        grant: GrantReply,
         *,
-        name: str,
-        partition: str | None,
         calls: Calls,
         token: str,
-        fence: int,
         weight: int,
         lease: float,
-        lease_deadline_ms: int,
         expires_at: float,
         on_lost: Callable[[Permit], Any] | None = None,
         client: SyncClient | None = None,
     ) -> None:
-        self.name = name
-        self.partition = partition
+        """The permit ``grant`` (the server's reply) gave ``token`` of ``source``, a semaphore or one partition.
+
+        The name and partition come from the semaphore, the fence and the
+        lease's deadline from the reply, as both the acquire and a waiting
+        room's visit have them: neither writes them out again.
+        """
+        self.name = source.name
+        self.partition = source.partition
         self.token = token
-        self.fence = fence
+        self.fence = grant.fence
         self.weight = weight
         self.lease = lease
-        self.lease_deadline_ms = lease_deadline_ms
+        self.lease_deadline_ms = grant.lease_deadline_ms
         # When the lease ends at the earliest, on this process's monotonic clock.
         self.expires_at = expires_at
         self.on_lost = on_lost
         self.acquired_at = time.monotonic()
-        self.released = False
-        self.lost = False
-        # The lease reached the max hold: no renewal extends it any more.
-        self.final = False
         self._calls = calls
         # The sync client the permit was granted through (None: the settings' at the time of the call).
         # Its release, renewals and clean-ups use it: no settings lookup per call, and a background
         # renewal never follows the settings to another server (a test's, a reconfigured site's).
         self._client = client
-        # Set before the release script runs, so a renewal racing with it
-        # (and finding the token gone) is not mistaken for a lost lease.
-        self._releasing = False
-        # The release failed or was cut short: the background retries it until the lease would end.
-        self._unconfirmed = False
-        # When its holder let it go (monotonic): the end of its hold time.
-        self._let_go_at = 0.0
-        # A striped semaphore's permit: its stripe (its fence is that stripe's), and what frees the lane its
-        # process holds there once it ends (core/stripe_lanes.py). None for any other.
+        # A striped semaphore's stripe (its fence is that stripe's); None for any other.
         self.stripe = calls.stripe
-        self.lane: Callable[[], object] | None = None
 
     def __repr__(self) -> str:
         state = (
@@ -365,10 +373,9 @@ class Permit:
         if change is not None:
             # Only the release that ended the window hears of the change (its retry, if the reply was
             # lost, hears it again from the server): once per change, site-wide.
-            signals.emit(
+            signals.emit_for(
                 signals.semaphore_limit_adapted,
-                name=self.name,
-                partition=self.partition,
+                self,
                 old_limit=change.old_limit,
                 new_limit=change.new_limit,
                 reason=change.reason,
@@ -380,14 +387,8 @@ class Permit:
         was_held = self._report_change(reply)
         if not signals.listened(signals.semaphore_released):
             return was_held
-        signals.emit(
-            signals.semaphore_released,
-            name=self.name,
-            partition=self.partition,
-            token=self.token,
-            held_for=self._let_go_at - self.acquired_at,
-            was_held=was_held,
-        )
+        held_for = self._let_go_at - self.acquired_at
+        signals.emit_for(signals.semaphore_released, self, token=self.token, held_for=held_for, was_held=was_held)
         return was_held
 
     def mark_lost(self, reason: str = "expired") -> None:
@@ -408,7 +409,7 @@ class Permit:
         self._ended(MAX_HOLD if reason == "max_hold" else REVOKED if reason == "vanished" else None, time.monotonic())
         if reason == "max_hold":
             logger.warning("%r was held for its whole max_hold and is now lost.", self)
-        signals.emit(signals.semaphore_lost, name=self.name, partition=self.partition, token=self.token, reason=reason)
+        signals.emit_for(signals.semaphore_lost, self, token=self.token, reason=reason)
         if self.on_lost is not None:
             self.on_lost(self)
 

@@ -322,22 +322,22 @@ class Semaphore(OperatorActions, PartitionBrowsing):
                 f"than {request.weight}; release it first."
             )
         if reply.code == TOO_LATE:
-            common: dict[str, Any] = {"name": self.name, "partition": self.partition}
             error = BackendUnavailable(
-                f"Redis ran the acquire of semaphore {self.name!r} after its caller had given up on it.", **common
+                f"Redis ran the acquire of semaphore {self.name!r} after its caller had given up on it.",
+                name=self.name,
+                partition=self.partition,
             )
-            signals.emit(signals.semaphore_backend_error, error=error, **common)
+            signals.emit_for(signals.semaphore_backend_error, self, error=error)
             raise error
         if not reply.granted:
             retry = PAUSED_RETRY_AFTER if reply.limit == 0 else retry_after_seconds(reply.expected_free_ms)
-            signals.emit(
+            signals.emit_for(
                 signals.semaphore_rejected,
+                self,
                 retry_after=retry,
                 waited=reply.waited,
                 used=reply.used,
                 limit=reply.limit,
-                name=self.name,
-                partition=self.partition,
             )
             return Attempt(None, reply.used, reply.limit, reply.waiting, retry, reply.waited)
         renewed = options.renewed(self.config)
@@ -345,31 +345,28 @@ class Semaphore(OperatorActions, PartitionBrowsing):
             # The asyncio path: the renewal thread renews on the sync client of the settings the call was made under.
             client = renewing
         permit = Permit(
-            client=client,
-            name=self.name,
-            partition=self.partition,
+            self,
+            reply,
             calls=request.calls,
             token=request.token,
-            fence=reply.fence,
             weight=request.weight,
             lease=request.lease_ms / 1000,
-            lease_deadline_ms=reply.lease_deadline_ms,
             expires_at=reply.expires_at,
             on_lost=options.on_lost,
+            client=client,
         )
         if striped is not None and request.calls.stripe is not None:
             permit.lane = striped.lane_of(request.calls.stripe)
         if renewed:
             renewer.track(permit)
         if signals.listened(signals.semaphore_acquired):
-            signals.emit(
+            signals.emit_for(
                 signals.semaphore_acquired,
+                self,
                 token=request.token,
                 fence=reply.fence,
                 weight=request.weight,
                 waited=reply.waited,
-                name=self.name,
-                partition=self.partition,
             )
         return Attempt(permit, reply.used, reply.limit, reply.waiting, 0, reply.waited)
 

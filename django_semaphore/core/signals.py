@@ -25,7 +25,7 @@ listed below.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from django.dispatch import Signal
 
@@ -55,6 +55,23 @@ def emit(signal: Signal, *, name: str, **kwargs: Any) -> None:
     for receiver, result in signal.send_robust(sender=name, name=name, **kwargs):
         if isinstance(result, Exception):
             logger.error("Receiver %r of %s failed", receiver, signal, exc_info=result)
+
+
+class Source(Protocol):
+    """What a send is about: a semaphore's name, and its partition (None for a whole semaphore).
+
+    A ``Semaphore`` and a ``Permit`` each are one: ``emit_for`` reads the two
+    keywords every send carries from them, so no send writes them out again.
+    """
+
+    name: str
+    partition: str | None
+
+
+def emit_for(signal: Signal, source: Source, **kwargs: Any) -> None:
+    """``emit`` with ``source``'s ``name`` and ``partition``: the engine's sends about one semaphore."""
+    if signal.receivers:
+        emit(signal, name=source.name, partition=source.partition, **kwargs)
 
 
 def listened(signal: Signal) -> bool:

@@ -84,6 +84,8 @@ BUCKET_SLOTS = 8
 _SUM = BUCKETS
 _PERMITS = BUCKETS + 1
 
+Key = TypeVar("Key")
+
 
 class Listener(Protocol):
     """Who hears every attempt and permit as it ends (django_semaphore/metrics/otel.py)."""
@@ -147,18 +149,8 @@ class Tally:
             return
         for listener in self.listeners:
             listener.attempt(name, result, seconds, detail)
-        if not self.counting:
-            return
-        index = bisect_left(BOUNDS, seconds)
-        key = (name, result, detail)
-        with self._lock:
-            row = self._attempts.get(key)
-            if row is None:
-                row = self._attempts[key] = [0] * (BUCKETS + 1)
-            row[index] += 1
-            row[_SUM] += int(seconds * 1_000_000)
-        if not self._scheduled:
-            self._schedule()
+        if self.counting:
+            self._count(self._attempts, (name, result, detail), BUCKETS + 1, seconds)
 
     def permit(self, name: str, reason: str, seconds: float, weight: int) -> None:
         """One permit of ``weight`` ended for ``reason`` after being held ``seconds``."""
@@ -166,17 +158,24 @@ class Tally:
             return
         for listener in self.listeners:
             listener.permit(name, reason, seconds, weight)
-        if not self.counting:
-            return
+        if self.counting:
+            self._count(self._holds, (name, reason), BUCKETS + 2, seconds, weight)
+
+    def _count(self, rows: dict[Key, list[int]], key: Key, width: int, seconds: float, permits: int = 0) -> None:
+        """One call of ``seconds`` in ``key``'s row of ``rows`` (``width`` wide when new), and its ``permits``.
+
+        The attempts and the holds count alike, one bucket and the sum; a hold
+        row adds the permits (an attempt row has no such column: it passes 0).
+        """
         index = bisect_left(BOUNDS, seconds)
-        key = (name, reason)
         with self._lock:
-            row = self._holds.get(key)
+            row = rows.get(key)
             if row is None:
-                row = self._holds[key] = [0] * (BUCKETS + 2)
+                row = rows[key] = [0] * width
             row[index] += 1
             row[_SUM] += int(seconds * 1_000_000)
-            row[_PERMITS] += weight
+            if permits:
+                row[_PERMITS] += permits
         if not self._scheduled:
             self._schedule()
 
@@ -286,9 +285,6 @@ class Tally:
         elif setting in ("SEMAPHORE_KEY_PREFIX", "SEMAPHORE_CONNECTION"):
             with self._lock:
                 self._attempts, self._holds = {}, {}
-
-
-Key = TypeVar("Key")
 
 
 def _merge(into: dict[Key, list[int]], rows: dict[Key, list[int]]) -> None:

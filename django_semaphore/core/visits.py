@@ -307,25 +307,22 @@ def _visited(sem: Semaphore, token: str, reply: RoomReply, sent: float) -> Permi
     """
     if reply.inside or reply.refused:
         tally.ended(sem.name, reply.inside, False, False, sent)
-    common: dict[str, Any] = {"name": sem.name, "partition": None}
     if not reply.inside and not reply.refused:
         return None
     if not reply.inside:
         retry = sem.config.room.retry_after if sem.config.room else 1
-        signals.emit(
-            signals.semaphore_rejected, retry_after=retry, waited=0.0, used=reply.used, limit=reply.limit, **common
+        signals.emit_for(
+            signals.semaphore_rejected, sem, retry_after=retry, waited=0.0, used=reply.used, limit=reply.limit
         )
         return None
-    signals.emit(signals.semaphore_acquired, token=token, fence=reply.fence, weight=1, waited=0.0, **common)
+    signals.emit_for(signals.semaphore_acquired, sem, token=token, fence=reply.fence, weight=1, waited=0.0)
     return Permit(
-        name=sem.name,
-        partition=None,
+        sem,
+        reply,
         calls=sem.calls,
         token=token,
-        fence=reply.fence,
         weight=1,
         lease=visit_lease(sem),
-        lease_deadline_ms=reply.lease_deadline_ms,
         expires_at=sent + max(reply.lease_deadline_ms - reply.now_ms, 0) / 1000,
     )
 

@@ -76,14 +76,7 @@ if held and tonumber(held) > now then
   if info.weight ~= weight then
     return reply(-3, 0, 0, 0)
   end
-  -- Never shorter than it was: another call holding this identity may count on its own lease.
-  local deadline = math.max(now + lease, tonumber(held))
-  if info.hold_until > 0 and deadline > info.hold_until then
-    deadline = info.hold_until
-  end
-  if deadline > tonumber(held) then
-    add('ZADD', K.holders, 'XX', deadline, token)
-  end
+  local deadline = renew_held(token, info, tonumber(held), now, lease)
   outlive(deadline)
   return reply(2, tonumber(info.fence), deadline, 0)
 end
@@ -177,17 +170,10 @@ if mode == 'wait' then
       ticket = lapsed.ticket
       position = redis.call('ZCOUNT', K.queue, '-inf', '(' .. ticket) + 1
     else
-      ticket = (tonumber(field(st, 'ticket')) or 0) + 1
-      set_state('ticket', ticket)
+      ticket = next_ticket(st)
       position = line.waiting + 1
     end
-    if line.raw == 0 then
-      created(K.queue)
-      created(K.alive)
-      created(K.qweight)
-      set_state('seen_at', now)
-    end
-    add('ZADD', K.queue, ticket, token)
+    join_line(line, now, token, ticket)
     add('HSET', K.qweight, token, weight .. '|' .. lease .. '|' .. claim .. '|' .. hold .. '|' .. ticket .. '|'
         .. nonce .. '|' .. meta)
     -- A note left from an earlier wait under this token must not wake this one.

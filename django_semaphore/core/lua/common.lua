@@ -734,6 +734,41 @@ local function grant(ctx, token, weight, lease_ms, hold_ms, nonce, meta, weight_
   return fence, deadline
 end
 
+-- A holder asking again renews its lease (acquire.lua's identity acquiring again, room.lua's visitor inside):
+-- it now ends `lease` ms from now, never sooner than it did (another call holding the token may count on
+-- its own lease, `held` its deadline) nor past the holder's max hold (`info.hold_until`). The new deadline.
+local function renew_held(token, info, held, now, lease)
+  local deadline = math.max(now + lease, held)
+  if info.hold_until > 0 and deadline > info.hold_until then
+    deadline = info.hold_until
+  end
+  if deadline > held then
+    add('ZADD', K.holders, 'XX', deadline, token)
+  end
+  return deadline
+end
+
+-- The line's next ticket, taken (its counter in the state hash): the place at the back of the line.
+local function next_ticket(st)
+  local ticket = (tonumber(field(st, 'ticket')) or 0) + 1
+  set_state('ticket', ticket)
+  return ticket
+end
+
+-- `token` takes its place in `line` at `ticket` (written by commit). The first to join an empty line makes
+-- its keys (they need their partition expiry) and starts the clock read_line keeps of when a script last
+-- served it (`seen_at`, which it moves only while someone waits). acquire.lua's waiters and room.lua's
+-- visitors join alike; each then writes its own request (qweight) and heartbeat (alive).
+local function join_line(line, now, token, ticket)
+  if line.raw == 0 then
+    created(K.queue)
+    created(K.alive)
+    created(K.qweight)
+    set_state('seen_at', now)
+  end
+  add('ZADD', K.queue, ticket, token)
+end
+
 -- `token` leaves the line (only a waiter known to be in it: the caller's own line entry is checked).
 local function leave_line(line, token)
   drop('ZREM', K.queue, token)

@@ -263,13 +263,7 @@ if held and tonumber(held) > now then
   if renew then
     -- A request the view answers renews the visit; a poll the room answers (204) does not: a visit is kept
     -- by using the site, not by asking the room.
-    deadline = math.max(now + lease, deadline)
-    if info.hold_until > 0 and deadline > info.hold_until then
-      deadline = info.hold_until
-    end
-    if deadline > tonumber(held) then
-      add('ZADD', K.holders, 'XX', deadline, token)
-    end
+    deadline = renew_held(token, info, deadline, now, lease)
   end
   outlive(deadline)
   client_place(deadline)
@@ -382,8 +376,7 @@ if rank then
 else
   -- A newcomer, or a visitor who lost its place (abandoned, its visit over): the next ticket, at the back;
   -- before a launch's opening, or in a random-order room, the place its shuffle gives it.
-  local ticket = (tonumber(field(st, 'ticket')) or 0) + 1
-  set_state('ticket', ticket)
+  local ticket = next_ticket(st)
   local placed = false  -- a shuffled place, not the back of the line
   if shuffled > 0 and cfg.opens > 0 and now < cfg.opens then
     ticket, placed = shuffled, true
@@ -392,16 +385,10 @@ else
   elseif cfg.opens > 0 or random_order then
     ticket = LATER + ticket
   end
-  if line.raw == 0 then
-    created(K.queue)
-    created(K.alive)
-    created(K.qweight)
-    set_state('seen_at', now)
-  end
   keep(K.queue, token)
   keep(K.alive, token)
   keep(K.qweight, token)
-  add('ZADD', K.queue, ticket, token)
+  join_line(line, now, token, ticket)
   -- Its request, as any waiter's, with its join time where a waiter's nonce goes (the time it waits in line).
   add('HSET', K.qweight, token, '1|' .. lease .. '|' .. int_text(cfg.waiter_ttl * 2) .. '|' .. hold .. '|'
       .. ticket .. '|' .. now_text .. '|' .. meta)
