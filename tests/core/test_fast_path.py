@@ -38,11 +38,14 @@ from django_semaphore.testing import RedisServer
 
 from ..support import modes
 
-IDLE_MS = 8000
+# A waiter TTL of 6 s (a claim of 12 s), which no step of a scenario outlasts on a loaded machine: a waiter's
+# heartbeat missed by 2 s sent its line to the full operation where the scenario expected the fast path.
+IDLE_MS = 30000
+WAITER_TTL_MS, CLAIM_MS = 6000, 12000
 # limit waiter_ttl every keep idle fair whole (common.lua's header)
-WHOLE = f"3 2000 60000 10 {IDLE_MS} 1 1"
-PARTITION = f"3 2000 0 10 {IDLE_MS} 1 0"
-NOT_FAIR = f"3 2000 60000 10 {IDLE_MS} 0 1"
+WHOLE = f"3 {WAITER_TTL_MS} 60000 10 {IDLE_MS} 1 1"
+PARTITION = f"3 {WAITER_TTL_MS} 0 10 {IDLE_MS} 1 0"
+NOT_FAIR = f"3 {WAITER_TTL_MS} 60000 10 {IDLE_MS} 0 1"
 ADAPTIVE = WHOLE + " 1 5 3 0 60000 0.5 1.5"
 META = b'{"host": "h", "pid": 1}'
 NONCE = "0123456789abcdef"
@@ -96,7 +99,7 @@ class Run:
         return reply
 
     def acquire(self, token: str, expected_path: str | None = None, **request: Any) -> Any:
-        fields = {"weight": 1, "lease": 60000, "mode": "try", "claim": 4000, "hold": 0, "nonce": NONCE}
+        fields = {"weight": 1, "lease": 60000, "mode": "try", "claim": CLAIM_MS, "hold": 0, "nonce": NONCE}
         fields |= {"not_after": 0, "grant_before": 0} | request
         text = " ".join(str(fields[name]) for name in ("weight", "lease", "mode", "claim", "hold", "nonce"))
         text = f"{token} {text} {fields['not_after']} {fields['grant_before']}"
@@ -450,10 +453,6 @@ def test_not_fair_a_release_wakes_the_head_of_the_line(engines, way) -> None:
 
 def test_a_line_the_fast_path_does_not_serve_falls_through(engines, way) -> None:
     def scenario(run: Run) -> None:
-        # A waiter TTL of 7 s, so that "e"'s permit, handed on a claim below it (3 s, half its 6 s claim), outlasts
-        # the five calls from its grant to its release on a loaded machine (on 0.5 s, it ran out and the release
-        # read 0); an idle period its places in line fit in (the fast path serves none that would outlive the keys).
-        run.config = "3 7000 60000 10 30000 1 1"
         seeded(run)
         run.set_limit("set", 2)
         assert run.acquire("a", "fast")[0] == 1
@@ -464,11 +463,13 @@ def test_a_line_the_fast_path_does_not_serve_falls_through(engines, way) -> None
         assert run.release("w", "fast") == 1
         assert run.acquire("c", "fast")[0] == 1
         assert run.acquire("d", "fast")[0] == 1
-        assert run.acquire("e", "full", mode="wait", claim=6000)[0] == 3  # a claim below this call's waiter TTL
+        # A claim below this call's waiter TTL: handed on half of it, 5 s (on 0.5 s, a loaded machine's five calls
+        # to its release outran it, and the release read 0).
+        assert run.acquire("e", "full", mode="wait", claim=10000)[0] == 3
         assert run.release("c", "full") == 1
         assert run.release("d", "fast") == 1
         assert run.acquire("f", "fast")[0] == 1
-        assert run.acquire("g", "full", mode="wait", claim=14000)[0] == 3  # a waiter TTL of this call's (half)
+        assert run.acquire("g", "full", mode="wait")[0] == 3
         run.set_limit("set", 1)  # lowered: "e" and "f" hold, so a release frees nothing
         assert run.release("e", "full") == 1
         assert run.release("f", "fast") == 1  # frees one: handed to "g"
@@ -614,7 +615,7 @@ def test_a_releaser_found_at_the_head_of_the_line_keeps_the_grant_the_full_opera
         line_behind_one_holder(run)
         run.admin.zadd(run.keys.queue, {"a": 0})  # in line and holding (edited by hand, or a script cut short)
         run.admin.zadd(run.keys.alive, {"a": run.now_ms() + 60000})
-        run.admin.hset(run.keys.qweight, "a", f"1|60000|4000|0|0|{NONCE}|m")
+        run.admin.hset(run.keys.qweight, "a", f"1|60000|{CLAIM_MS}|0|0|{NONCE}|m")
         assert run.release("a", "full") == 1
 
     both(engines, scenario, way)
@@ -637,7 +638,7 @@ def test_bad_arguments_get_the_full_operations_errors(engines, way) -> None:
         assert "mode must be" in str(run.acquire("a", mode="maybe"))
         assert run.acquire("a", "full", nonce="not-hex")[0] == 1  # not its plain form: the full operation
         assert "token must be" in str(run.acquire("b" * 201))
-        run.config = "3 2000 60000 10 0 1 1"  # idle 0: refused
+        run.config = f"3 {WAITER_TTL_MS} 60000 10 0 1 1"  # idle 0: refused
         assert "idle expiry must be" in str(run.acquire("c"))
         assert "idle expiry must be" in str(run.release("a"))
 
