@@ -146,9 +146,18 @@ class TooManyPartitions(BackendUnavailable):
     """
 
 
+class ScriptsLost(redis.exceptions.ResponseError):
+    """The engine's scripts were missing at every round of one call, though each load succeeded.
+
+    An operator flushing them in a loop, or a failover between rounds:
+    the server's state, not this code's, so the failure policy decides.
+    """
+
+
 # Always an outage, whatever the message: the server is unreachable, hung,
 # loading, or refusing a whole class of commands.
 OUTAGE_ERRORS: tuple[type[Exception], ...] = (
+    ScriptsLost,
     redis.exceptions.ConnectionError,  # also LOADING, a wrong password, too many clients
     redis.exceptions.TimeoutError,
     redis.exceptions.ClusterError,  # CLUSTERDOWN, MASTERDOWN

@@ -51,7 +51,7 @@ from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 from . import __version__
 from .calls import ScriptCall
 from .clients import AsyncClient, SyncClient
-from .errors import is_outage
+from .errors import ScriptsLost, is_outage
 
 logger = logging.getLogger("django_semaphore.scripts")
 
@@ -432,7 +432,7 @@ def exchange(
             problem = f"FUNCTION LOAD: {loaded}"
         mode = EVALSHA
         state.decide(EVALSHA, because=problem)
-    raise ResponseError(f"The semaphore operations could not be run: {problem}")
+    raise ScriptsLost(f"The semaphore operations could not be run: {problem}")
 
 
 def _heartbeat_due(state: _ServerState) -> list[tuple[Any, ...]]:

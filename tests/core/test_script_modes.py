@@ -200,3 +200,24 @@ def test_calls_that_loaded_the_library_at_once_leave_the_older_libraries_to_one_
     assert first.send([]) == scripts.Batch([("FCALL", scripts.function("status"), 1, "k")])  # listed none: on it goes
     third = scripts.exchange(client, [call], [])  # the first is done listing: a later load lists again
     assert to_the_listing(third).name == "function_list"  # type: ignore[union-attr]
+
+
+def test_a_library_that_is_gone_again_at_every_call_is_an_outage_never_a_500(
+    own_server: RedisServer, admin: redis.Redis, settings, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's FUNCTION FLUSH in a loop may leave the scripts missing at every one of a call's rounds (each
+    load succeeds, the next FCALL finds nothing): the call follows the failure policy, as for a server that
+    cannot serve now, where it raised a bare ResponseError and a guarded view answered 500."""
+    if not modes.has_functions(admin):
+        pytest.skip("this server has no Redis Functions")
+    name, source = scripts.library()
+    # Registered under other names: every FUNCTION LOAD succeeds, and the next FCALL still finds nothing.
+    gone = source.replace(f"register_function('{name}_", f"register_function('{name}_gone_")
+    monkeypatch.setattr(scripts, "library", lambda: (name, gone))
+    with pytest.raises(BackendUnavailable):
+        get_semaphore("single").acquire(auto_renew=False)
+    with pytest.raises(BackendUnavailable):
+        asyncio.run(get_semaphore("single").aacquire(auto_renew=False))
+    for policy, status in (("deny", 503), ("allow", 200)):
+        declare(settings, guarded={"on_error": policy})
+        assert client.get("/surface/reported/").status_code == status
