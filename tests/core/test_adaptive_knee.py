@@ -21,12 +21,13 @@ from benchmarks import knee
 # other test of the suite runs beside it (`alone`, tests/conftest.py).
 pytestmark = [pytest.mark.processes, pytest.mark.alone]
 
-# Steeper than the benchmark's knee (one request past it already works 50% longer), and the target
-# 30 ms above the work below it: the hold the server measures includes the clients' own time
-# around the work, which on a busy machine (a CI runner, the rest of the suite) is several ms
-# and more, and must not read as the backend slowing down.
-KNEE = knee.Knee(knee=8, base=0.05, slope=4)
-TARGET = 0.08
+# Steeper than the benchmark's knee (one request past it already works twice as long), and the target
+# 40 ms above the work below it: the hold the server measures includes the clients' own time
+# around the work, which on a busy machine (a CI runner, a benchmark beside the suite) is tens of ms
+# at times, and must not read as the backend slowing down (with 30 ms, a run beside `make bench`
+# stayed at 6).
+KNEE = knee.Knee(knee=8, base=0.05, slope=8)
+TARGET = 0.09
 SECONDS = 16.0
 
 

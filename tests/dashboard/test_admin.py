@@ -173,7 +173,7 @@ def test_no_missing_migrations() -> None:
 def test_keyed_summaries_say_when_they_cover_only_the_most_recent_keys(viewer: Client) -> None:
     keys = overview.MAX_PARTITIONS + 1
     for n in range(keys):
-        assert get_semaphore("search", key=f"user-{n}").acquire(auto_renew=False, lease=5) is not None
+        assert get_semaphore("search", key=f"user-{n}").acquire(auto_renew=False, lease=600) is not None
     row = next(s for s in viewer.get(url("json")).json()["semaphores"] if s["name"] == "search")
     assert (row["partitions"], row["truncated"]) == (keys, True)
     assert row["used"] == overview.MAX_PARTITIONS  # one permit per key read, none from the key left out

@@ -28,9 +28,10 @@ def admin_url(name: str, action: str = "") -> str:
 
 @pytest.fixture
 def held():
-    """Two holders of "reports" and one of the keyed "search" (key "alice")."""
-    permits = [get_semaphore("reports").acquire(auto_renew=False) for _ in range(2)]
-    permits.append(get_semaphore("search", key="alice").acquire(auto_renew=False))
+    """Two holders of "reports" and one of the keyed "search" (key "alice"), on leases that outlast the test's
+    hundreds of requests on a loaded machine (search's 10 s ran out, and the state read changed by itself)."""
+    permits = [get_semaphore("reports").acquire(auto_renew=False, lease=600) for _ in range(2)]
+    permits.append(get_semaphore("search", key="alice").acquire(auto_renew=False, lease=600))
     assert all(permits)
     yield permits
     get_semaphore("reports").force_release_all()
