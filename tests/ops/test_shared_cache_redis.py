@@ -150,15 +150,17 @@ def test_allkeys_lru_evicts_a_quiet_semaphores_holders_and_the_next_acquire_says
     sem, _holder = quiet_holder
     [message] = check_eviction_policy()
     assert message.id == "django_semaphore.E019"
-    for _ in range(3):
+    for _ in range(6):
         _churn_until(small_lru_server, [sem.keys.holders], keep_warm=sem.keys.state)
         if small_lru_server.exists(sem.keys.state):
             break
-        # Redis's LRU is sampled and approximate: the state went too this time. Set the scene again.
+        # Redis's LRU is sampled and approximate: the state went too this time. Set the scene again (a loaded
+        # machine did so three times in a row, and the scene's last holder was then still there to refuse).
         small_lru_server.delete(sem.keys.holders, sem.keys.info, sem.keys.state)
         assert sem.acquire(auto_renew=False) is not None
         time.sleep(LRU_CLOCK_RESOLUTION)
-    assert small_lru_server.exists(sem.keys.state)
+    else:
+        pytest.fail("Redis's LRU took the state with the holders six times in a row")
     with caplog.at_level(logging.ERROR, logger="django_semaphore.keys"):
         second = sem.acquire(auto_renew=False)
     # What the library then does: the holder is still working, but nothing in Redis says so any more,

@@ -56,7 +56,7 @@ def test_sentinel_failover_under_load_recovers_without_restart(sentinel_cache: S
         # Until Sentinel demotes the old master, clients may still write there;
         # once it is a replica, redis-py's Sentinel pool must find the new one.
         with redis.Redis(host="127.0.0.1", port=old_master) as demoted:
-            wait_for(lambda: demoted.info("replication")["role"] == "slave", timeout=30, what="demotion")
+            wait_for(lambda: demoted.info("replication")["role"] == "slave", timeout=90, what="demotion")
         with redis.Redis(host="127.0.0.1", port=new_master) as promoted:
             served_before = int(promoted.hget(sem.keys.state, "acquired") or 0)
             eventually(lambda: int(promoted.hget(sem.keys.state, "acquired") or 0) > served_before + 20, timeout=20)
