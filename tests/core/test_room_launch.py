@@ -22,9 +22,13 @@ from django_semaphore.web.visits import shuffled_place
 RUNS, EARLY = 600, 6
 
 
+def launch_spec(limit: int = 1, **room: Any) -> dict[str, Any]:
+    """A launch room's declaration: ``room``'s options over a one-second refresh and a minute's abandon."""
+    return {"limit": limit, "lease": 60, "waiting_room": {"refresh": 1, "abandon": 60, **room}}
+
+
 def launch_room(settings: Any, name: str, limit: int = 1, **room: Any) -> Semaphore:
-    spec = {"refresh": 1, "abandon": 60, **room}
-    settings.SEMAPHORES = {**settings.SEMAPHORES, name: {"limit": limit, "lease": 60, "waiting_room": spec}}
+    settings.SEMAPHORES = {**settings.SEMAPHORES, name: launch_spec(limit, **room)}
     return get_semaphore(name)
 
 
@@ -40,10 +44,7 @@ def test_the_pre_queue_is_shuffled_uniformly_over_many_launches(settings, redis_
     places: dict[int, Counter[int]] = {arrival: Counter() for arrival in range(EARLY)}
     # Each launch its own room and opening (its own draw), declared at once: one settings override per room
     # would nest 600 deep, past the recursion limit of the settings' lookup.
-    rooms = {
-        f"launch{run}": {"limit": 1, "lease": 60, "waiting_room": {"refresh": 1, "abandon": 60, "opens": opens + run}}
-        for run in range(RUNS)
-    }
+    rooms = {f"launch{run}": launch_spec(opens=opens + run) for run in range(RUNS)}
     settings.SEMAPHORES = {**settings.SEMAPHORES, **rooms}
     for run in range(RUNS):
         sem = get_semaphore(f"launch{run}")
