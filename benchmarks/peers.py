@@ -176,19 +176,18 @@ class Ours:
     """django-semaphore, waiting in its line (first come, first served, or not with ``fair: False``)."""
 
     def __init__(self, name: str) -> None:
-        from django_semaphore import get_semaphore
+        from django_semaphore import BackendUnavailable, get_semaphore
 
         self.semaphore = get_semaphore(name)
+        self.unavailable = BackendUnavailable  # imported once, not in every timed entry
 
     def enter(self, deadline: float) -> Any:
-        from django_semaphore import BackendUnavailable
-
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None
         try:
             return self.semaphore.acquire(wait=remaining)
-        except BackendUnavailable:
+        except self.unavailable:
             # The wait bounds the whole call, leaving the line included: a phase's last milliseconds on a loaded
             # machine may not fit it. Such a call holds nothing (a permit handed meanwhile lapses on its claim).
             return None
