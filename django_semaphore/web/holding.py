@@ -29,6 +29,7 @@ import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 
+import django
 from django.core.signals import got_request_exception
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
@@ -291,7 +292,11 @@ class _Closers(list[Callable[[], object]]):
     raises (a cookie it cannot encode, the server's ``send`` refusing a
     header), the error goes out to the server and the response is never
     closed, kept in a reference cycle of the error's traceback and the
-    handler's tasks. So the task is watched from then (``_RequestHolds.sent_by``).
+    handler's tasks. So the task is watched from then (``_RequestHolds.sent_by``):
+    under Django 5.2 it is a task of the handler's own, which the error ends;
+    under Django 6 it is the server's task for the request, in which the
+    handler also closes the response, and which the server may end well
+    after catching the error.
 
     A cache stores a plain list (of empty holds).
     """
@@ -372,10 +377,16 @@ class _RequestHolds:
             task.add_done_callback(self._sending_ended)
 
     def _sending_ended(self, task: asyncio.Task[object]) -> None:
-        # Ended well: the handler closes the response next, and the holds give the permits back then.
-        if task.cancelled() or task.exception() is not None:
+        # Django 5.2's sending task ended well: its handler closes the response next, and the holds give the
+        # permits back then. Django 6 closes it in this task: whatever is still held was never closed.
+        if task.cancelled() or task.exception() is not None or _CLOSED_IN_THE_SENDING_TASK:
             for hold in self.holds:
                 hold.lost(request_over=True)
+
+
+# Django 6's ASGI handler sends the response and then closes it in one task, the one that runs ``handle``;
+# Django 5.2 sends it in a task of its own and closes it afterwards, in the task that made that one.
+_CLOSED_IN_THE_SENDING_TASK = django.VERSION >= (6, 0)
 
 
 def _request_failed(sender: object, request: HttpRequest | None = None, **kwargs: object) -> None:

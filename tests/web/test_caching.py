@@ -26,7 +26,6 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-import django
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.handlers.asgi import ASGIHandler
@@ -48,14 +47,6 @@ FETCH = "django.middleware.cache.FetchFromCacheMiddleware"
 BREAKS = "tests.support.cache_views.BreaksAfterTheView"
 # A permit given back from the background thread is back within this; one pinned by a cycle never is.
 PROMPTLY = 5.0
-# Django 6's ASGI handler sends the response in the task that runs ``handle`` (a TaskGroup there), not in a task
-# of its own as 5.2 does: the task web/holding.py watches for a failed send then ends well (the server, or this
-# test, catches the error in it), and a response whose sending raised keeps its permits until the cyclic
-# collector runs. An open defect (CHANGELOG "Known issues"), not a promise dropped: these tests say so until
-# it is mended.
-SENT_IN_THE_HANDLERS_TASK = pytest.mark.xfail(
-    django.VERSION >= (6, 0), reason="Django 6 sends in the handler's own task: a failed send goes unseen", strict=False
-)
 
 
 @pytest.fixture(params=["locmem", "django-redis"])
@@ -548,7 +539,6 @@ def test_under_asgi_a_stream_whose_body_raises_gives_its_permit_back_at_once(
     wait_until(lambda: used() == 0, timeout=PROMPTLY)
 
 
-@SENT_IN_THE_HANDLERS_TASK
 @pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume synchronous iterators")
 @pytest.mark.parametrize("refused", ["http.response.start", "http.response.body"])
 @pytest.mark.parametrize(
@@ -563,7 +553,6 @@ def test_under_asgi_a_response_the_server_refuses_gives_its_permit_back_at_once(
     wait_until(lambda: used() == 0, timeout=PROMPTLY)
 
 
-@SENT_IN_THE_HANDLERS_TASK
 @pytest.mark.parametrize("guard", ["decorator", "middleware in sync mode"])
 def test_under_asgi_a_response_django_cannot_send_gives_its_permit_back_at_once(
     settings, no_cyclic_gc: None, guard: str
