@@ -297,7 +297,11 @@ def shuffled_place(name: str, options: RoomOptions, visitor: str) -> int:
     land ahead, so the fastest script wins nothing; a visitor keeps its place request after request. 0 without."""
     if not options.opens_ms and options.queueing != "random":
         return 0
-    digest = salted_hmac(f"django_semaphore.room_shuffle:{name}:{options.opens_ms}", visitor).digest()
+    # SHA-256, named: Django 6 warns that its default (SHA-1) will change. A place is drawn once, when its visitor
+    # joins, so workers of both sides of a deploy across this draw alike at random.
+    digest = salted_hmac(
+        f"django_semaphore.room_shuffle:{name}:{options.opens_ms}", visitor, algorithm="sha256"
+    ).digest()
     return int.from_bytes(digest[:5], "big") + 1
 
 

@@ -9,6 +9,7 @@ everyone who comes after the opening, who then queue first come, first served.
 from __future__ import annotations
 
 import time
+import warnings
 from collections import Counter
 from typing import Any
 
@@ -101,3 +102,13 @@ def test_random_queueing_gives_an_early_arrival_no_advantage(settings) -> None:
         arrive(sem, who)
     positions = [arrive(sem, who).position for who in order]
     assert sorted(positions) == list(range(1, 21)) and positions != list(range(1, 21))
+
+
+def test_a_place_is_drawn_without_a_deprecated_default(settings) -> None:
+    """Django 6 warns on every ``salted_hmac`` that leaves its algorithm to the default (SHA-1, to change): the
+    draw names SHA-256, so a launch's visitors do not fill a server's log with one warning each."""
+    sem = launch_room(settings, "drawn", opens=time.time() + 3600)
+    assert sem.config.room is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert 1 <= shuffled_place(sem.name, sem.config.room, "0" * 32) <= 2**40
