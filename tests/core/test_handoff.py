@@ -165,9 +165,15 @@ def test_hand_offs_in_a_tight_loop_stay_within_the_limit_while_scripts_are_flush
             entries[0] += 1
             permit.release()
 
+    looks = [0]
+
     def watch() -> None:
         while not stop.is_set():
-            status = sem.status()
+            try:
+                status = sem.status()
+            except BackendUnavailable:  # flushed at every round of its call, as the callers' may be: look again
+                continue
+            looks[0] += 1
             if status.used > limit or len(status.holders) > limit:
                 problems.append(f"over the limit: used {status.used}, {len(status.holders)} holders")
             time.sleep(0.002)
@@ -198,7 +204,7 @@ def test_hand_offs_in_a_tight_loop_stay_within_the_limit_while_scripts_are_flush
         signals.semaphore_lost.disconnect(on_lost)
         signals.semaphore_released.disconnect(on_released)
     bounded.collect_posted()
-    assert entries[0] > 100
+    assert entries[0] > 100 and looks[0] > 0
     assert problems == [] and lost == [] and not_held == []
     wait_until(lambda: sem.status().used == 0, timeout=5)
 
