@@ -23,6 +23,8 @@ import gc
 import json
 import pickle
 import socket
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,11 +35,13 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.test import AsyncClient, Client, RequestFactory
 
 from django_semaphore import get_semaphore, signals
+from django_semaphore.testing import RedisServer
 
 from ..support import cache_views, views
 from ..support.guards import MIDDLEWARE, declare, hold, used
 from ..support.polling import wait_until
 from ..support.recorded import recorded
+from ..support.uvicorn import Uvicorn
 
 # Closing a response sends request_finished, whose receiver looks at the database connection.
 pytestmark = pytest.mark.django_db
@@ -570,6 +574,26 @@ def test_under_asgi_a_response_django_cannot_send_gives_its_permit_back_at_once(
         guarded_by_rule(settings, f"^{path}$")
     asyncio.run(_asgi_failing(path))
     wait_until(lambda: used() == 0, timeout=PROMPTLY)
+
+
+@pytest.mark.processes
+def test_under_a_real_uvicorn_a_response_django_cannot_send_gives_its_permit_back_at_once(
+    settings, redis_server: RedisServer, key_prefix: str
+) -> None:
+    """Through a real server (uvicorn runs each request in a task of its own, which goes on after the error):
+    a cookie Django cannot encode, three times on a limit of 1, the collector off in the server."""
+    declare(settings)
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.support.surface_asgi_settings",
+        "REDIS_URL": redis_server.url,
+        "SEMAPHORE_KEY_PREFIX": key_prefix,
+    }
+    with Uvicorn("tests.support.surface_asgi:application", env=env) as server:
+        for _ in range(3):
+            with pytest.raises(urllib.error.HTTPError) as answered:
+                urllib.request.urlopen(f"{server.base_url}/surface/unsendable-cookie/", timeout=60)
+            assert answered.value.code == 500  # uvicorn's own answer to an application that raised
+            wait_until(lambda: used() == 0, timeout=PROMPTLY)
 
 
 def test_the_request_is_still_closed_as_django_closes_it(settings, client: Client) -> None:
