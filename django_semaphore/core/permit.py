@@ -399,7 +399,9 @@ class Permit:
         or "vanished" (its keys vanished from Redis before its lease ended:
         evicted, deleted, lost in a failover; see ``core/vanished.py``).
         ``on_lost`` runs on the renewal thread, which serves every permit of
-        the process: keep it quick (set a flag, cancel a task).
+        the process: keep it quick (set a flag, cancel a task). One that
+        raises is logged, as a signal's receiver is: the thread goes on
+        renewing the process's other permits.
         """
         if self.lost or self.released or self._releasing:
             return
@@ -411,7 +413,10 @@ class Permit:
             logger.warning("%r was held for its whole max_hold and is now lost.", self)
         signals.emit_for(signals.semaphore_lost, self, token=self.token, reason=reason)
         if self.on_lost is not None:
-            self.on_lost(self)
+            try:
+                self.on_lost(self)
+            except Exception:
+                logger.exception("on_lost of %r failed", self)
 
     def _ended(self, reason: str | None, at: float) -> None:
         """The permit ended at ``at`` (monotonic), for ``reason``; None: found gone, so expired or revoked.

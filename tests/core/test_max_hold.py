@@ -133,3 +133,26 @@ def test_an_endless_async_stream_is_cut_at_max_hold(bounded) -> None:
 
     assert 0.8 <= asyncio.run(read()) < 3
     assert get_semaphore("bounded").status().used == 0
+
+
+@pytest.mark.parametrize("reason", ["max_hold", "expired"])
+def test_an_on_lost_that_raises_is_logged_and_the_other_permits_go_on_being_renewed(reason: str, caplog) -> None:
+    """``on_lost`` runs on the renewal thread, which serves every permit of the process: a callback that raises
+    is the holder's bug, logged, and must not end that thread (every other permit would then run out its lease)."""
+    doomed = make(f"doomed-{reason}", lease=0.3, max_hold=0.6 if reason == "max_hold" else None)
+
+    def broken(permit: object) -> None:
+        raise RuntimeError("the holder's own bug")
+
+    other = make(f"kept-{reason}", lease=0.6).acquire()
+    assert other is not None
+    permit = doomed.acquire(on_lost=broken)
+    assert permit is not None
+    if reason == "expired":
+        doomed.force_release(permit.token)  # its next renewal finds it gone
+    wait_until(lambda: permit.lost, timeout=10)
+    first = other.lease_deadline_ms
+    wait_until(lambda: other.lease_deadline_ms > first, timeout=10)  # renewed after the failed callback
+    assert other.held
+    assert "the holder's own bug" in caplog.text
+    other.release()
