@@ -402,3 +402,19 @@ def test_a_killed_holder_is_counted_until_its_death_when_that_is_recorded_soon()
 
 def test_a_killed_holder_a_newcomer_is_not_fenced_above_is_caught() -> None:
     assert caught(killed_holder(LEASE * 0.95, newcomer_fence=5), "stale holders not fenced off")
+
+
+def test_an_over_limit_report_names_each_holders_process_time_inside_and_the_faults_that_hit_it() -> None:
+    """Enough to tell a holder counted too long (its lease may have ended by then) from two truly inside."""
+    first = caught(killed_holder(LEASE * 0.3), "over the limit")[0]
+    assert first.startswith(
+        "#4 fair: weight 4 > 3: a (w2 f10) [process 1, inside 1.19 s, kill 1.19 s before (still on)]"
+    )
+    assert "b (w2 f11) [process 2, inside 0.00 s]" in first
+    made = (
+        Made()
+        .come_in("a", "mutex", 1)
+        .fault("process-stop", 0.3, processes=["1"])
+        .come_in("b", "mutex", 2, process="2")
+    )
+    assert "process-stop 0.30 s before (0.30 s)" in caught(made, "over the limit")[0]

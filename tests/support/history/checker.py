@@ -431,7 +431,7 @@ def _judged(
         weight = sum(call.weight for call in counted.values())
         if weight > allowed:
             if new:
-                inside = ", ".join(f"{call.id} (w{call.weight} f{call.fence})" for call in counted.values())
+                inside = ", ".join(_overlapping(history, call, event) for call in counted.values())
                 verdict.add("over the limit", f"#{event.seq} {newest.sem}: weight {weight} > {allowed}: {inside}")
             return new
     newest = max(present.values(), key=lambda call: call.fence)
@@ -443,6 +443,21 @@ def _judged(
         call.needed = True
         excess -= call.weight
     return False
+
+
+def _overlapping(history: History, call: Call, event: Event) -> str:
+    """``call`` as an over-limit report names it: weight, fence, process, time inside by ``event``, and the faults
+    that hit its process since its grant (kills and stalls: when, and how long), so a report says whether a holder
+    the checker still counted may have lost its lease by then."""
+    assert call.entered is not None
+    notes = [f"process {call.process}", f"inside {(event.us - call.entered_us) / 1e6:.2f} s"]
+    for fault in history.faults:
+        if fault.what == "process-kill":
+            continue  # its "kill" says it, to the record of the death
+        if fault.affects(call.process) and fault.start < event.seq and fault.overlaps_hold(call, event.seq):
+            span = f"{fault.seconds:.2f} s" if fault.end < event.seq else "still on"
+            notes.append(f"{fault.what} {(event.us - fault.start_us) / 1e6:.2f} s before ({span})")
+    return f"{call.id} (w{call.weight} f{call.fence}) [{', '.join(notes)}]"
 
 
 def _check_excuses(history: History, verdict: Verdict, lease: float) -> None:
