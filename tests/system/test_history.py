@@ -78,11 +78,6 @@ def test_history_through_flushes_and_killed_connections(way: modes.Way, settings
 
 
 @pytest.mark.timeout(TIMEOUT)
-@pytest.mark.xfail(
-    reason="Open: a 60 s run of this family (CI's processes cell, EVALSHA) reported 3 entries over a fair limit of 3 "
-    "(weight 4 > 3), under investigation; CHANGELOG 'Known issues'. Not strict: 8 s runs pass.",
-    strict=False,
-)
 def test_history_with_killed_and_forked_clients(way: modes.Way, settings, key_prefix: str) -> None:
     """Worker processes killed (kill -9) mid-call and right after a posted release; forked after one."""
     outcome = checked("clients", way, settings, key_prefix)

@@ -23,7 +23,12 @@ held, unless its lease was lost. The checks:
   stall of at least half a lease after the grant (a renewal every third of a
   lease leaves at least two thirds of it, and a late renewal thread some
   more), the nemesis's or one measured (the server answering nobody in time,
-  nemesis.py's ``Unanswered``), or a restart that forgets data. An excuse
+  nemesis.py's ``Unanswered``), a restart that forgets data, or a kill
+  (``kill -9``, the nemesis's or a worker's own) of its process whose death
+  was recorded half a lease or more after it: a stall that never ends, its
+  permits back to the server when their leases end, while the record of
+  its death may come late (a process the nemesis waited for once the child
+  it had forked was done, 3.8 s after the kill, in a CI run). An excuse
   the limit needed holds only if the holder is told (``semaphore_lost``) or
   gone within one lease of the fault's end, if its release never says it was
   still held, and if every caller who asked after the fault began and came in
@@ -67,7 +72,8 @@ SHOWN = 8
 
 @dataclass
 class Fault:
-    """A fault the nemesis injected, between two events (its start and its end)."""
+    """A fault the nemesis injected, between two events (its start and its end); or a process killed, from its kill
+    to the record of its death (``History._read``)."""
 
     id: str
     what: str
@@ -176,6 +182,8 @@ class History:
 
     def _read(self) -> None:
         open_faults: dict[str, Fault] = {}
+        # Each process killed whose death is not recorded yet: a stall of that process, from its kill on.
+        kills: dict[str, Fault] = {}
         current = {name: frozenset({limit}) for name, limit in self.limits.items()}
         ever = {name: {limit} for name, limit in self.limits.items()}
         by_process: dict[str, list[Call]] = defaultdict(list)
@@ -196,8 +204,11 @@ class History:
                 for call in by_process.pop(event.process, []):
                     if call.entered is not None and call.ended is None:
                         call.ended, call.ended_us = event.seq, event.us
+                self._died(kills, event.process, event)
             elif kind in ("full", "unavailable", "started", "fork", "suicide"):
                 self.outcomes[kind] += 1
+                if kind == "suicide":  # it SIGKILLs itself once this is recorded
+                    self._killed(kills, event.process, event)
             elif kind == "error":
                 self.errors.append(event)
             elif kind == "lost":
@@ -208,12 +219,18 @@ class History:
                 self.lines.append(event)
             elif kind == "fault":
                 self._fault(event, open_faults, current, ever)
+                if event["phase"] == "start" and event["what"] == "process-kill":
+                    for process in event.get("processes") or []:
+                        self._killed(kills, process, event)
             elif kind == "limit":
                 values = current[event.sem] | {event["new"]}
                 ever[event.sem].add(event["new"])
                 current[event.sem] = values if event["phase"] == "start" else frozenset({event["new"]})
                 self._limit_moved(event.sem, event.seq, current[event.sem])
         last = self.events[-1] if self.events else None
+        for process in list(kills):
+            assert last is not None
+            self._died(kills, process, last)
         for call in self.calls.values():
             if call.entered is not None and call.ended is None and last is not None:
                 call.ended, call.ended_us = last.seq + 1, last.us
@@ -251,6 +268,19 @@ class History:
         fault.end, fault.end_us = event.seq, event.us
         self.faults.append(fault)
 
+    @staticmethod
+    def _killed(kills: dict[str, Fault], process: str, event: Event) -> None:
+        """``process`` is killed at ``event``: a stall of it that ends only with the record of its death."""
+        if process not in kills:
+            kills[process] = Fault(f"kill-{process}", "kill", event.seq, event.us, False, True, frozenset({process}))
+
+    def _died(self, kills: dict[str, Fault], process: str, event: Event) -> None:
+        """The death of ``process`` is recorded at ``event``: the stall its kill began ends there."""
+        fault = kills.pop(process, None)
+        if fault is not None:
+            fault.end, fault.end_us = event.seq, event.us
+            self.faults.append(fault)
+
     def _limit_moved(self, sem: str, seq: int, values: frozenset[int]) -> None:
         self._limit_seqs[sem].append(seq)
         self._limit_values[sem].append(values)
@@ -277,7 +307,8 @@ def check(events: list[Event], limits: dict[str, int], fair: Iterable[str], leas
     verdict.stats.update(
         entries=len(granted),
         calls=len(history.calls),
-        faults=len(history.faults),
+        faults=sum(1 for fault in history.faults if fault.what != "kill"),
+        kills=sum(1 for fault in history.faults if fault.what == "kill"),
         lost=len(history.lost),
         released=sum(len(found) for found in history.releases.values()),
         **history.outcomes,
@@ -400,7 +431,7 @@ def _judged(
         weight = sum(call.weight for call in counted.values())
         if weight > allowed:
             if new:
-                inside = ", ".join(f"{call.id} (w{call.weight} f{call.fence})" for call in counted.values())
+                inside = ", ".join(_overlapping(history, call, event) for call in counted.values())
                 verdict.add("over the limit", f"#{event.seq} {newest.sem}: weight {weight} > {allowed}: {inside}")
             return new
     newest = max(present.values(), key=lambda call: call.fence)
@@ -412,6 +443,21 @@ def _judged(
         call.needed = True
         excess -= call.weight
     return False
+
+
+def _overlapping(history: History, call: Call, event: Event) -> str:
+    """``call`` as an over-limit report names it: weight, fence, process, time inside by ``event``, and the faults
+    that hit its process since its grant (kills and stalls: when, and how long), so a report says whether a holder
+    the checker still counted may have lost its lease by then."""
+    assert call.entered is not None
+    notes = [f"process {call.process}", f"inside {(event.us - call.entered_us) / 1e6:.2f} s"]
+    for fault in history.faults:
+        if fault.what == "process-kill":
+            continue  # its "kill" says it, to the record of the death
+        if fault.affects(call.process) and fault.start < event.seq and fault.overlaps_hold(call, event.seq):
+            span = f"{fault.seconds:.2f} s" if fault.end < event.seq else "still on"
+            notes.append(f"{fault.what} {(event.us - fault.start_us) / 1e6:.2f} s before ({span})")
+    return f"{call.id} (w{call.weight} f{call.fence}) [{', '.join(notes)}]"
 
 
 def _check_excuses(history: History, verdict: Verdict, lease: float) -> None:

@@ -308,3 +308,15 @@ def run(plan: WorkerPlan, ready: Any, go: Any) -> None:
     with contextlib.suppress(Exception):
         bounded.collect_posted()
     worker.recorder.event("finished")
+
+
+def fork_a_child(pid: Any, done: Any, lives: float) -> None:
+    """A process (spawned) that forks a child living ``lives`` s, as a worker does after a posted release, then
+    waits to be killed: the harness's own test (tests/system/test_history_harness.py) kills it."""
+    child = os.fork()
+    if child == 0:
+        time.sleep(lives)
+        done.set()
+        os._exit(0)
+    pid.value = child
+    time.sleep(10 * lives)
