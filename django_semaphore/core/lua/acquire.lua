@@ -72,7 +72,7 @@ end
 -- whose first reply was lost cannot count twice).
 local held = redis.call('ZSCORE', K.holders, token)
 if held and tonumber(held) > now then
-  local info = parse_info(redis.call('HGET', K.info, token))
+  local info = parse_info(holder_record(token))
   if info.weight ~= weight then
     return reply(-3, 0, 0, 0)
   end

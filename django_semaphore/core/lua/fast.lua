@@ -91,6 +91,8 @@ local function fast_config(raw)
   found = {limit = limit, waiter_ttl = ttl, every = every, idle = idle, fair = fair == '1', whole = whole == '1'}
   found.acquire_fields = fast_fields(ACQUIRE_FIELDS, every > 0)
   found.release_fields = fast_fields(RELEASE_FIELDS, every > 0)
+  -- The release reads the releaser's record with them (fast_release sets its name, last, on each call).
+  found.release_read = {unpack(found.release_fields)}
   if fast_config_count >= 1000 then
     fast_configs, fast_config_count = {}, 0  -- as common.lua's cache: a site has a handful
   end
@@ -107,5 +109,25 @@ local function fast_set_state(state, cfg, st, used, ...)
     redis.call('HSET', state, 'used', used_text, 'peak', used_text, ...)
   else
     redis.call('HSET', state, 'used', used_text, ...)
+  end
+end
+
+-- Where a grant's record goes, as common.lua's `folded` decides for a permit of one (the fast paths grant
+-- no other): true, the state hash (under "#" .. token, written with the state); false, the info hash.
+local function fast_folded(token, nonce)
+  return #nonce == 17 and #token == 32
+end
+
+-- Write a permit's record where it goes, and then the state hash (`fields`: name, value...), with the record
+-- in it when it goes there: one HSET of the state either way (fast_set_state), and one of info otherwise,
+-- whose expiry a partition then sets as common.lua's apply_expiry does for a key a grant writes (`recorded`).
+local function fast_record(info, state, cfg, st, used, token, record, folded, recorded, ...)
+  if folded then
+    return fast_set_state(state, cfg, st, used, '#' .. token, record, ...)
+  end
+  redis.call('HSET', info, token, record)
+  fast_set_state(state, cfg, st, used, ...)
+  if not cfg.whole then
+    redis.call('PEXPIREAT', info, recorded)
   end
 end

@@ -39,13 +39,13 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
     fence = fast_fence(fence, clock)
     local fence_text = string.format('%d', fence)
     redis.call('ZADD', holders, string.format('%d', deadline), token)
-    redis.call('HSET', info, token, '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. meta)
-    fast_set_state(state, cfg, st, used + 1, 'fence', fence_text, 'acquired',
-                   string.format('%d', (tonumber(st[4]) or 0) + 1), 'seen_at', now_text)
+    fast_record(info, state, cfg, st, used + 1, token,
+                '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. meta,
+                fast_folded(token, nonce), st[10], 'fence', fence_text, 'acquired',
+                string.format('%d', (tonumber(st[4]) or 0) + 1), 'seen_at', now_text)
     if not earliest and not cfg.whole then
-      -- The holders' keys were created by this call: they take the partition's recorded expiry.
+      -- The holders' key was created by this call: it takes the partition's recorded expiry.
       redis.call('PEXPIREAT', holders, st[10])
-      redis.call('PEXPIREAT', info, st[10])
     end
     if rank then
       -- A waiter takes it from the line, which it leaves (removals last: nothing touches these keys after).
@@ -113,7 +113,7 @@ local function fast_acquire(keys, args)
   -- The request in its plain form (acquire.lua's header): weight 1, a hex nonce, the claim a whole
   -- number of ms from 1 to under ten years (as acquire.lua takes it, though only a waiter needs it).
   local token, lease, mode, claim, hold, nonce, not_after, grant_before =
-    string.match(args[2] or '', '^(%S+) 1 ([1-9]%d*) (%a+) ([1-9]%d*) (%d+) (%x*) (%d+) (%d+)$')
+    string.match(args[2] or '', '^(%S+) 1 ([1-9]%d*) (%a+) ([1-9]%d*) (%d+) (n?%x*) (%d+) (%d+)$')
   if not token or #token > 200 or (mode ~= 'try' and mode ~= 'wait') or #nonce > 64 or #lease > 11 or #claim > 11 then
     return nil
   end
@@ -132,7 +132,7 @@ local function fast_acquire(keys, args)
     -- Someone in line, or a note (a tombstone?) on the caller's wake list.
     return fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, nonce, now, now_text, clock, args[3] or '')
   end
-  local holders, info, state = keys[1], keys[2], keys[3]
+  local holders, state = keys[1], keys[3]
   local st = redis.call('HMGET', state, unpack(cfg.acquire_fields))
   local fence, used = tonumber(st[3]), tonumber(st[2])
   if not fence then
@@ -169,13 +169,13 @@ local function fast_acquire(keys, args)
   end
   fence, used = fast_fence(fence, clock), used + 1
   local fence_text = string.format('%d', fence)
-  redis.call('HSET', info, token, '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|'
-             .. (args[3] or ''))
-  fast_set_state(state, cfg, st, used, 'fence', fence_text, 'acquired', string.format('%d', (tonumber(st[4]) or 0) + 1))
+  fast_record(keys[2], state, cfg, st, used, token,
+              '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. (args[3] or ''),
+              fast_folded(token, nonce), recorded, 'fence', fence_text, 'acquired',
+              string.format('%d', (tonumber(st[4]) or 0) + 1))
   if created and not cfg.whole then
-    -- The holders' keys were created by this call: they take the partition's recorded expiry.
+    -- The holders' key was created by this call: it takes the partition's recorded expiry.
     redis.call('PEXPIREAT', holders, recorded)
-    redis.call('PEXPIREAT', info, recorded)
   end
   return {1, fence, deadline, used, limit, 0, now, 0}
 end
