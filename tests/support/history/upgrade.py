@@ -43,6 +43,8 @@ OVERLAP = 1.0
 SINGLE = ("mutex",)
 # How long a permit an old process handed on may still be held after it ended: the longest hold (worker.pick).
 HELD_ON = 1.2 * LEASE + 1.0
+# Seconds this version's processes go on past the run's length (see upgrade_run).
+LATE = 2 * LEASE
 
 
 @dataclass
@@ -101,7 +103,9 @@ def upgrade_run(way: modes.Way, settings: Any, prefix: str, seconds: float, old_
         watcher.start()
         try:
             started = time.monotonic()
-            end = started + seconds
+            # This version's processes run LATE seconds past the run's length: an old process may finish its last
+            # turn that much late on a loaded machine, and the older layout is looked for while they still work.
+            end = started + seconds + LATE
             for index, (_, _, go) in enumerate(old):
                 go.value = started + step * (index + 1)
             # This version's processes, each starting a little before the old one it replaces ends its turns.
