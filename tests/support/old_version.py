@@ -37,5 +37,5 @@ def install_old(into: Path, revision: str = OLD_LAYOUT) -> Path | None:
         try:
             archive.extractall(into, filter="data")
         except TypeError:  # a Python without extraction filters (3.10 before 3.10.12): our own archive
-            archive.extractall(into)  # noqa: S202
+            archive.extractall(into)
     return into

@@ -63,8 +63,10 @@ class Upgrade:
 
     def summary(self) -> str:
         return (
-            f"{self.seconds:.0f} s; most inside {self.most_inside}; old-layout keys seen during {self.old_keys_during}, "
-            f"after {self.old_keys_after} in {self.looked_after} looks\n{self.verdict.report()}"
+            f"{self.seconds:.0f} s; most inside {self.most_inside}; "
+            f"old-layout keys seen during {self.old_keys_during}, "
+            f"after {self.old_keys_after} in {self.looked_after} looks"
+            f"\n{self.verdict.report()}"
         )
 
 
