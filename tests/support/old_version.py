@@ -16,8 +16,9 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-# main before the holder records moved into the state hash (the older layout: every record in the info hash).
-OLD_LAYOUT = "c8063c2583d286d7feb44d075c45d106e9a5ad5b"
+# main before the holder records moved into the state hash and the outcome counters left the scripts (the older
+# layout: every record in the info hash, every attempt counted by the scripts).
+OLD_LAYOUT = "15dbf219a639c4d60bfb1f28a3d8df3b8d9f1c23"
 ROOT = Path(__file__).resolve().parents[2]
 
 
