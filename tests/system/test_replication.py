@@ -106,8 +106,7 @@ def test_replicas_mode_gives_the_permit_back_when_no_replica_confirms(
     with pytest.raises(BackendUnavailable):
         asyncio.run(sem.aacquire(auto_renew=False))
     status = sem.status()
-    assert status.used == 0 and status.holder_count == 0
-    assert status.counters["released"] == 2
+    assert status.used == 0 and status.holder_count == 0  # both grants given back (no script counts them any more)
     # Without the stricter mode the same server grants at once.
     assert make("strict", 1).acquire(auto_renew=False) is not None
 

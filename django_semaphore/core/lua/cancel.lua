@@ -38,11 +38,9 @@ if score and tonumber(score) > now then
   if nonce ~= '' and info.nonce == nonce then
     drop_holder(token)
     ctx.used = math.max(ctx.used - info.weight, 0)
-    count(st, 'released')
     gave_back = 1
   end
 end
-count(st, 'rejected')
 if ARGV[4] == '1' then
   add('RPUSH', K.own_wake, 'X')
   add('PEXPIRE', K.own_wake, cfg.waiter_ttl * 2)

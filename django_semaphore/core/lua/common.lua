@@ -175,16 +175,19 @@ local function server_now_ms()
   return tonumber(t[1]) * 1000 + ms, t[1] .. text
 end
 
+-- The counters here are what only the server sees (leases it reclaimed, renewals and releases of a lease or
+-- token gone, operators' force releases, permits ended at their max hold): how each attempt ended and
+-- each permit was given back is counted by the process that made the call (core/tally.py), per name.
 local STATE_FIELDS = {'limit', 'used', 'fence', 'ticket', 'expires_at', 'audited_at', 'seen_at', 'hold_avg', 'peak',
-                      'sampled_at', 'acquired', 'rejected', 'released', 'refused', 'expired', 'lost', 'forced',
-                      'max_hold', 'alimit', 'alimit_at', 'alimit_why', 'best'}
+                      'sampled_at', 'refused', 'expired', 'lost', 'forced', 'max_hold', 'alimit', 'alimit_at',
+                      'alimit_why', 'best'}
 
 -- Fields of the state hash every operation reads at once; any other is read when first used (a
 -- rarer path: a refusal, a waiting line), so the common path reads the hash once, and briefly.
-local HOT_FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak', 'sampled_at'}
+local HOT_FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'peak', 'sampled_at'}
 -- An adaptive semaphore's operations also read its rule's limit and window at once (see adaptive.lua).
-local ADAPTIVE_HOT_FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak',
-                             'sampled_at', 'alimit', 'ws', 'wsum', 'wn', 'wlost', 'wpeak', 'best'}
+local ADAPTIVE_HOT_FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'peak', 'sampled_at', 'alimit',
+                             'ws', 'wsum', 'wn', 'wlost', 'wpeak', 'best'}
 
 -- The state hash's `fields` (`false` for one it lacks); `st.created` when it has none of them.
 local function read_state(fields)
@@ -909,7 +912,6 @@ local function serve_line(ctx, line, cfg)
       leave_line(line, head.token)
       note(head.token, 'G|' .. int_text(fence) .. '|' .. int_text(deadline) .. '|' .. ctx.now_text, r.claim,
            false)
-      count(ctx.st, 'acquired')
     end
   end
   alert_head(ctx, line, cfg)

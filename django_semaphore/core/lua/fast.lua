@@ -54,21 +54,22 @@ local function fast_deadline(now, lease, hold)
 end
 
 -- State fields the fast paths read, by the configuration's kind: a history wants `peak` and
--- `sampled_at` (at 5 and 6), and every semaphore its recorded expiry `expires_at` (last): the full
--- operations refresh it (a whole semaphore's too, for its waiting line's keys) when it falls short.
+-- `sampled_at` (at PEAK and SAMPLED_AT), and every semaphore its recorded expiry `expires_at` (last): the
+-- full operations refresh it (a whole semaphore's too, for its waiting line's keys) when it falls short.
+-- No outcome counter: how each call ended is counted by the process that made it (core/tally.py).
+local PEAK, SAMPLED_AT = 4, 5
 local function fast_fields(first, history)
-  local fields = {first[1], first[2], first[3], first[4]}
+  local fields = {first[1], first[2], first[3]}
   if history then
-    fields[5], fields[6] = 'peak', 'sampled_at'
+    fields[PEAK], fields[SAMPLED_AT] = 'peak', 'sampled_at'
   end
   fields[#fields + 1] = 'expires_at'
   return fields
 end
-local ACQUIRE_FIELDS = {'limit', 'used', 'fence', 'acquired'}
+local ACQUIRE_FIELDS = {'limit', 'used', 'fence'}
 -- What an acquire behind a line reads (fast_acquire.lua's fast_line_acquire), the same whatever the kind.
-local LINE_FIELDS = {'limit', 'used', 'fence', 'acquired', 'peak', 'sampled_at', 'hold_avg', 'ticket', 'audited_at',
-                     'expires_at'}
-local RELEASE_FIELDS = {'used', 'fence', 'hold_avg', 'released'}
+local LINE_FIELDS = {'limit', 'used', 'fence', 'peak', 'sampled_at', 'hold_avg', 'ticket', 'audited_at', 'expires_at'}
+local RELEASE_FIELDS = {'used', 'fence', 'hold_avg'}
 
 -- limit, waiter_ttl_ms, every_ms, idle_ms, fair, whole (and the state fields each fast path reads) of a
 -- fixed-limit configuration whose every field is in range; nil for an adaptive one, a waiting room's, or
@@ -101,10 +102,10 @@ local function fast_config(raw)
 end
 
 -- Write the state hash once: `used`, an operation's fields (name, value, ...), and the peak as common.lua's
--- `sample` keeps it between samples (a history's: `used` above the peak read, `st[5]`, becomes the peak).
+-- `sample` keeps it between samples (a history's: `used` above the peak read, `st[PEAK]`, becomes the peak).
 local function fast_set_state(state, cfg, st, used, ...)
   local used_text = fast_text(used)
-  local old_peak = cfg.every > 0 and tonumber(st[5])
+  local old_peak = cfg.every > 0 and tonumber(st[PEAK])
   if cfg.every > 0 and (not old_peak or used > old_peak) then
     redis.call('HSET', state, 'used', used_text, 'peak', used_text, ...)
   else

@@ -52,7 +52,6 @@ elseif (nonce == '' or info.nonce == nonce) and (fence == '' or info.fence == fe
   if cfg.room then
     room_time(st, 'vi', held_for)  -- a waiting room's visit, ended by the site
   end
-  count(st, 'released')
   released = 1
   if cfg.adaptive then
     record_hold(st, held_for)
