@@ -2,8 +2,9 @@
 
 Costs are ratios to the 10-holder case, which is measured before and after
 the large cases (its median is the base), so drift during the run shows up
-in neither direction. Memory per holder is the growth of the holders ZSET and
-info HASH (``MEMORY USAGE``) from 10 to 10,000 holders, per holder.
+in neither direction. Memory per holder is the growth of the holders ZSET, the
+info HASH and the state HASH, which holds a permit of one's record
+(``MEMORY USAGE``), from 10 to 10,000 holders, per holder.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def run(bench: Bench, seconds: float, repeats: int) -> dict[str, Any]:
 
     def memory() -> int:
         keys = semaphore.keys
-        return sum(bench.client.memory_usage(key, samples=0) or 0 for key in (keys.holders, keys.info))
+        return sum(bench.client.memory_usage(key, samples=0) or 0 for key in (keys.holders, keys.info, keys.state))
 
     def cost(count: int) -> list[float]:
         hold(count)

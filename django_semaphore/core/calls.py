@@ -210,7 +210,9 @@ class AcquireOptions:
         return AcquireRequest(
             calls=calls,
             token=identity_token(identity) if identity is not None else drawn[:32],
-            nonce=drawn[32:],
+            # Marked as this version's ("n"): the scripts keep the record of its permit of one in the state
+            # hash, and a release that hands it a permit knows it reads it there (core/lua/common.lua's `folded`).
+            nonce="n" + drawn[32:],
             weight=weight,
             lease_ms=max(int(lease * 1000), 1),
             hold_ms=hold_ms,

@@ -225,7 +225,11 @@ class Sample:
 
 # State fields that are not integers: the adaptive rule's reason and best average hold (ms, a decimal).
 TEXT_FIELDS = ("alimit_why", "best")
-COUNTERS = ("acquired", "rejected", "released", "expired", "lost", "forced", "refused", "max_hold")
+# What the scripts count in a partition's state: what only the server sees (leases it reclaimed, renewals and
+# releases of a lease or a token gone, operators' force releases, permits ended at their max hold). How each
+# attempt ended and each permit was given back is counted by the process that made the call (core/tally.py),
+# per semaphore name, and not kept per partition (ops/overview.py shows those as OUTCOMES).
+COUNTERS = ("expired", "lost", "forced", "refused", "max_hold")
 
 
 @dataclass(frozen=True)

@@ -355,6 +355,11 @@ class Totals:
     def count(self, result: str) -> int:
         return sum(sum(row[:BUCKETS]) for (kind, _detail), row in self.attempts.items() if kind == result)
 
+    def ended(self, reason: str) -> int:
+        """The permits (holds, whatever their weight) that ended for ``reason``."""
+        row = self.holds.get(reason)
+        return sum(row[:BUCKETS]) if row else 0
+
 
 def read_totals(client: SyncClient, names: list[str]) -> dict[str, Totals]:
     """The totals of ``names``, one round trip (a pipeline of HGETALL, each in its name's slot)."""

@@ -8,6 +8,14 @@ key, since one full key is what turns requests away. Only the
 ``MAX_PARTITIONS`` keys used most recently are read, whatever their number
 (a key a client chooses can make millions); a row that covers fewer than all
 says so with ``truncated``.
+
+Its ``counters`` join two sources. How attempts ended and permits were given
+back (``OUTCOMES``) is what every process counts of its own calls
+(core/tally.py) and writes to Redis per semaphore name, once per
+``SEMAPHORE_METRICS_FLUSH_INTERVAL``: the figures of the whole semaphore,
+every key of a keyed one, as of the processes' last flush; ``None`` on one
+partition's row (not kept per key) and when nothing is counted. The others are
+what only the server sees, counted by the scripts in each partition's state.
 """
 
 from __future__ import annotations
@@ -17,17 +25,22 @@ from dataclasses import asdict
 from typing import Any
 
 from ..core.conf import declared
+from ..core.connection import get_client
 from ..core.replies import COUNTERS, Holder, SemaphoreStatus
 from ..core.semaphore import Semaphore, get_semaphore
+from ..core.tally import ACQUIRED, REJECTED, RELEASED, read_totals, tally
 from .rooms import figures as room_figures
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSIEST = 5
 MAX_HOLDERS = 100
 HOUR_MS = 3_600_000
 # Keys of one keyed semaphore whose status a summary reads (the most recently
 # used; pipelined), so a dashboard poll costs the same at 1,000 keys or 1,000,000.
 MAX_PARTITIONS = 1000
+# The counters the processes count per name (see the module's docstring), before the server's own.
+OUTCOMES = (ACQUIRED, REJECTED, RELEASED)
+Outcomes = dict[str, int | None]
 
 
 def semaphores(names: Iterable[str] = ()) -> list[Semaphore]:
@@ -134,8 +147,31 @@ def stripe_dict(stripe: int, status: SemaphoreStatus) -> dict[str, Any]:
     }
 
 
-def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> dict[str, Any]:
-    """One semaphore (or one partition of it) in the documented schema."""
+def outcomes(names: Iterable[str]) -> dict[str, Outcomes]:
+    """Each name's OUTCOMES as every process counted them: one round trip; ``None`` each when nothing is counted."""
+    wanted = list(dict.fromkeys(names))
+    if not wanted or not tally.counting:
+        return {name: dict.fromkeys(OUTCOMES) for name in wanted}
+    found = read_totals(get_client(), wanted)
+    return {
+        name: {ACQUIRED: t.count(ACQUIRED), REJECTED: t.count(REJECTED), RELEASED: t.ended(RELEASED)}
+        for name, t in found.items()
+    }
+
+
+def _counters(sem: Semaphore, server: dict[str, int], counted: Outcomes | None) -> dict[str, int | None]:
+    """A row's counters: the OUTCOMES of its name (not of one partition: ``None``), then the server's own."""
+    if sem.partition is not None:
+        counted = dict.fromkeys(OUTCOMES)
+    elif counted is None:
+        counted = outcomes([sem.name])[sem.name]
+    return {**counted, **server}
+
+
+def summary(
+    sem: Semaphore, *, holders: bool = False, history: bool = False, counted: Outcomes | None = None
+) -> dict[str, Any]:
+    """One semaphore (or one partition of it) in the documented schema (``counted``: its OUTCOMES, read if None)."""
     config = sem.config
     row: dict[str, Any] = {
         "name": sem.name,
@@ -176,7 +212,7 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
             utilisation=parts[0]["utilisation"] if parts else 0.0,
             fence=None,
             now_ms=max((s.now_ms for s in statuses), default=None),
-            counters={c: sum(s.counters[c] for s in statuses) for c in COUNTERS},
+            counters=_counters(sem, {c: sum(s.counters[c] for s in statuses) for c in COUNTERS}, counted),
             busiest=parts[:BUSIEST],
             history=[],
         )
@@ -193,7 +229,7 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
             utilisation=_utilisation(status.used, status.limit),
             fence=status.fence,
             now_ms=status.now_ms,
-            counters=status.counters,
+            counters=_counters(sem, status.counters, counted),
             busiest=[],
             history=[
                 {"at_ms": s.at_ms, "peak_used": s.peak_used, "waiting": s.waiting, "limit": s.limit} for s in recent
@@ -214,7 +250,9 @@ def summary(sem: Semaphore, *, holders: bool = False, history: bool = False) -> 
 
 def overview(names: Iterable[str] = (), *, holders: bool = False, history: bool = False) -> dict[str, Any]:
     """Every named semaphore's summary, wrapped with the schema version."""
+    listed = semaphores(names)
+    counted = outcomes(sem.name for sem in listed)
     return {
         "schema": SCHEMA_VERSION,
-        "semaphores": [summary(sem, holders=holders, history=history) for sem in semaphores(names)],
+        "semaphores": [summary(sem, holders=holders, history=history, counted=counted[sem.name]) for sem in listed],
     }

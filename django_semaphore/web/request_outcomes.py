@@ -1,7 +1,8 @@
 """What happened to each guarded request, counted in this process.
 
-Redis keeps its own counters (acquired, rejected, ...) per semaphore, but
-some outcomes never reach Redis: a request let through because Redis was
+Every process counts how its acquires ended (core/tally.py) and writes the
+counts to Redis per semaphore, but some outcomes of a request are no
+acquire's: a request let through because Redis was
 down, one a dry-run rule would have rejected, a bypassed one. These counts
 live here, per process, so they survive an outage; read them with
 ``counts()`` (for a metrics endpoint or a test) or listen to

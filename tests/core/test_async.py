@@ -141,13 +141,12 @@ def test_many_concurrent_tasks_never_exceed_limit() -> None:
         await asyncio.gather(*(worker() for _ in range(20)))
         assert peak <= 3
         status = await sem.astatus()
-        counters = status.counters
-        # The server counts its grants, not the calls that returned one: a permit a release hands a waiter
-        # lapses after one waiter TTL if the waiter's process stalls that long before confirming it, and
-        # the waiter is then granted anew (docs/failure-modes.md). So each of the 100 acquires was granted
-        # and released, any grant beyond them lapsed (`expired`), and nothing is held.
-        every_grant_ended = counters["released"] == 100 and counters["acquired"] == 100 + counters["expired"]
-        assert len(releases) == 100 and every_grant_ended and status.used == 0, _grants(status, releases)
+        # A permit a release hands a waiter lapses after one waiter TTL if the waiter's process stalls that
+        # long before confirming it; the waiter is then granted anew (docs/failure-modes.md), and the lapsed
+        # grant counts `expired`. So each of the 100 acquires returned a permit that was still held when
+        # released, and nothing is held.
+        every_release_held = len(releases) == 100 and all(releases.values())
+        assert every_release_held and status.used == 0, _grants(status, releases)
 
     run(scenario())
 
@@ -155,7 +154,7 @@ def test_many_concurrent_tasks_never_exceed_limit() -> None:
 def test_a_hand_off_that_lapses_while_the_waiter_is_frozen_is_counted_and_the_waiter_granted_anew(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A grant a waiter never confirmed counts `acquired`, then `expired`; the waiter's new grant counts again.
+    """A grant a waiter never confirmed lapses (`expired`); the waiter is granted anew.
 
     The waiter's process freezes as it reads its grant, until the server's clock is past the claim the
     grant came on (one waiter TTL): what a loaded machine does to a process now and then. Two acquires
@@ -190,7 +189,7 @@ def test_a_hand_off_that_lapses_while_the_waiter_is_frozen_is_counted_and_the_wa
 
     status = run(scenario())
     counters = status.counters
-    assert (counters["acquired"], counters["released"], counters["expired"]) == (3, 2, 1), counters
+    assert counters["expired"] == 1, counters  # the lapsed grant
     assert counters["lost"] + counters["refused"] == 1  # the waiter's confirmation, which found its grant gone
     assert status.used == 0 and status.holder_count == 0
 

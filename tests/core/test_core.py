@@ -238,7 +238,6 @@ def test_status_lists_holders_with_metadata() -> None:
     assert holder.metadata["label"] == "/reports/export" and holder.metadata["job"] == 7
     assert holder.metadata["pid"] > 0 and holder.metadata["host"]
     assert holder.lease_deadline_ms > status.now_ms >= holder.acquired_at_ms
-    assert status.counters["acquired"] == 1
     assert status.as_dict()["holders"][0]["token"] == permit.token
 
 
@@ -371,7 +370,7 @@ def test_wait_times_out_and_leaves_the_line() -> None:
     assert attempt.permit is None
     assert time.monotonic() - started >= 0.25
     status = sem.status()
-    assert status.waiting == 0 and status.counters["rejected"] == 1
+    assert status.waiting == 0
 
 
 def test_release_wakes_the_waiter_by_push_not_by_timer(settings) -> None:

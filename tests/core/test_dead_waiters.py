@@ -23,6 +23,7 @@ from django_semaphore.core.conf import SemaphoreConfig
 
 from ..support import workers
 from ..support.polling import wait_until
+from ..support.records import holder_record
 
 spawn = multiprocessing.get_context("spawn")
 pytestmark = pytest.mark.processes
@@ -54,7 +55,7 @@ def _handed_claims(client: redis.Redis, sem: Semaphore) -> dict[bytes, int]:
     keys = sem.calls.keys
     claims = {}
     for token, deadline in client.zrange(keys.holders, 0, -1, withscores=True):
-        acquired_ms = int(client.hget(keys.info, token).split(b"|")[1])
+        acquired_ms = int((holder_record(client, keys, token) or b"").split(b"|")[1])
         claims[token] = int(deadline) - acquired_ms
     return claims
 

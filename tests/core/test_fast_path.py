@@ -70,9 +70,10 @@ class Run:
         """Whether the server ran a full operation's opening since the last look (the slow log records every command).
 
         Every full operation reads the state hash's hot fields first (common.lua's read_state:
-        limit, used, fence, expires_at, ...); no fast path reads them in that order.
+        limit, used, fence, expires_at, hold_avg, ...); no fast path reads them in that order (the acquire's
+        reads its first four and stops).
         """
-        opening = b"HMGET " + self.keys.state.encode() + b" limit used fence expires_at"
+        opening = b"HMGET " + self.keys.state.encode() + b" limit used fence expires_at hold_avg"
         entries = self.admin.slowlog_get(10_000)
         self.admin.slowlog_reset()
         return any(bytes(entry["command"]).startswith(opening) for entry in entries)

@@ -20,6 +20,7 @@ from django_semaphore.testing import RedisServer, find_binary
 
 from ..support import workers
 from ..support.polling import wait_until
+from ..support.records import holder_record
 
 spawn = multiprocessing.get_context("spawn")
 
@@ -245,7 +246,7 @@ def _expired_handoff_lateness(server: RedisServer, from_line: bool, in_event_loo
     (holder,), (waiter,) = holders, waiters
     assert holder is not None and waiter is not None
     with redis.Redis.from_url(server.url) as client:
-        granted_at = int(client.hget(make("expiry").calls.keys.info, waiter.token).split(b"|")[1])
+        granted_at = int((holder_record(client, make("expiry").calls.keys, waiter.token) or b"").split(b"|")[1])
     waiter.release()
     return granted_at - holder.lease_deadline_ms
 

@@ -66,7 +66,7 @@ def test_viewer_sees_holders_but_no_release_buttons(viewer: Client, held) -> Non
 
 def test_json_endpoint_has_the_documented_fields(viewer: Client, held) -> None:
     data = viewer.get(url("json")).json()
-    assert data["schema"] == 1
+    assert data["schema"] == 2
     row = next(s for s in data["semaphores"] if s["name"] == "reports")
     assert (row["used"], row["limit"], row["holders"], row["level"]) == (2, 3, 2, "low")
     assert row["history"] and row["chart"]["used"]

@@ -7,6 +7,7 @@ from django.test import Client
 
 from django_semaphore import get_semaphore
 from django_semaphore.core import visits
+from django_semaphore.core.tally import tally
 
 from ..support.dashboard import url
 
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def room(settings) -> None:
     settings.SEMAPHORES = {**settings.SEMAPHORES, "sale": {"limit": 1, "waiting_room": {"refresh": 2}}}
+    tally.flush()  # an earlier test's counts are not this one's
     sem = get_semaphore("sale")
     for visitor in ("a", "b", "c", "d"):
         visits.visit(sem, visitor)
@@ -42,6 +44,7 @@ def test_the_card_and_the_page_show_people_not_polls(viewer: Client) -> None:
     page = viewer.get(url("detail", "sale")).content.decode()
     for label in ("Full since", "Time in line, median", "Time inside, median", "Turned away since"):
         assert label in page, label
+    tally.flush()
     row = viewer.get(url("detail_json", "sale")).json()["semaphores"][0]
     assert row["counters"]["rejected"] == 0 and row["room"]["turned_away"] == 0
     assert row["room"]["full_since_ms"] is not None and row["room"]["eta_last_shown"]

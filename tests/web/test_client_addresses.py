@@ -19,6 +19,7 @@ from django_semaphore.web.partition_keys import key_for
 
 from ..support.dual_stack import DualStackServer
 from ..support.guards import declare, hold, used
+from ..support.heard import heard
 from ..support.polling import wait_until
 
 IP_URL = "/surface/keyed/ip/"  # @semaphore("guarded", key="ip"), limit 1
@@ -54,13 +55,14 @@ OTHER_CLIENTS = ["::ffff:198.51.100.1", "64:ff9b::198.51.100.1", "::ffff:10.0.0.
 def test_mapped_and_nat64_addresses_are_keyed_by_their_ipv4_address(client: Client) -> None:
     permit = hold(key=partition_of(CLIENT))
     try:
-        for form in SAME_CLIENT:
-            assert client.get(IP_URL, REMOTE_ADDR=form).status_code == 503, form
-        for other in OTHER_CLIENTS:
-            assert client.get(IP_URL, REMOTE_ADDR=other).json()["outcome"] == "acquired", other
+        with heard() as answers:
+            for form in SAME_CLIENT:
+                assert client.get(IP_URL, REMOTE_ADDR=form).status_code == 503, form
+            for other in OTHER_CLIENTS:
+                assert client.get(IP_URL, REMOTE_ADDR=other).json()["outcome"] == "acquired", other
     finally:
         permit.release()
-    assert get_semaphore("guarded", key=partition_of(CLIENT)).status().counters["rejected"] == len(SAME_CLIENT)
+    assert answers.of(get_semaphore("guarded", key=partition_of(CLIENT)))[1] == len(SAME_CLIENT)
     assert known_keys() == {partition_of(CLIENT), partition_of(OTHER), partition_of("10.0.0.1")}
     assert not any("::/" in key for key in known_keys())  # nobody landed in a shared IPv6 /64
 
@@ -167,11 +169,12 @@ def test_unparseable_entries_are_keyed_as_the_connecting_address(client: Client,
     settings.SEMAPHORE_TRUSTED_PROXIES = proxies
     permit = hold(key=partition_of(OUR_PROXY))
     try:
-        for entry in UNPARSEABLE:
-            header = f"{CLIENT}, {entry}" if proxies == 1 else f"{CLIENT}, {entry}, {OUR_PROXY}"
-            answer = client.get(IP_URL, REMOTE_ADDR=OUR_PROXY, HTTP_X_FORWARDED_FOR=header)
-            assert answer.status_code == 503, entry
+        with heard() as answers:
+            for entry in UNPARSEABLE:
+                header = f"{CLIENT}, {entry}" if proxies == 1 else f"{CLIENT}, {entry}, {OUR_PROXY}"
+                answer = client.get(IP_URL, REMOTE_ADDR=OUR_PROXY, HTTP_X_FORWARDED_FOR=header)
+                assert answer.status_code == 503, entry
     finally:
         permit.release()
     assert known_keys() == {partition_of(OUR_PROXY)}
-    assert get_semaphore("guarded", key=partition_of(OUR_PROXY)).status().counters["rejected"] == len(UNPARSEABLE)
+    assert answers.of(get_semaphore("guarded", key=partition_of(OUR_PROXY)))[1] == len(UNPARSEABLE)

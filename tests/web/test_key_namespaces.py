@@ -16,6 +16,7 @@ from django_semaphore import get_semaphore
 from django_semaphore.web.partition_keys import key_for
 
 from ..support.guards import declare, hold
+from ..support.heard import heard
 
 # /surface/keyed/<kind>/ are @semaphore("guarded", key=<spec>) views (tests/support/views.py), limit 1.
 CLIENT_WRITTEN = {
@@ -35,14 +36,14 @@ def surface(settings) -> None:
 @pytest.mark.parametrize("kind", CLIENT_WRITTEN)
 @pytest.mark.parametrize("victim", VICTIMS)
 def test_a_client_written_value_never_lands_in_another_kinds_partition(client: Client, kind: str, victim: str) -> None:
-    permit = hold(key=victim)  # the victim's partition is full
-    try:
-        response = client.get(f"/surface/keyed/{kind}/", **CLIENT_WRITTEN[kind](victim))
-        assert response.status_code == 200 and response.json()["outcome"] == "acquired"
-    finally:
-        permit.release()
-    counters = get_semaphore("guarded", key=victim).status().counters
-    assert (counters["acquired"], counters.get("rejected", 0)) == (1, 0)  # only the victim's own permit
+    with heard() as answers:
+        permit = hold(key=victim)  # the victim's partition is full
+        try:
+            response = client.get(f"/surface/keyed/{kind}/", **CLIENT_WRITTEN[kind](victim))
+            assert response.status_code == 200 and response.json()["outcome"] == "acquired"
+        finally:
+            permit.release()
+    assert answers.of(get_semaphore("guarded", key=victim)) == (1, 0)  # only the victim's own permit
 
 
 def key(spec: object, **meta: str) -> object:

@@ -72,7 +72,7 @@ end
 -- whose first reply was lost cannot count twice).
 local held = redis.call('ZSCORE', K.holders, token)
 if held and tonumber(held) > now then
-  local info = parse_info(redis.call('HGET', K.info, token))
+  local info = parse_info(holder_record(token))
   if info.weight ~= weight then
     return reply(-3, 0, 0, 0)
   end
@@ -87,7 +87,6 @@ if grant_before > 0 and now > grant_before then
     leave_line(line, token)
     serve_line(ctx, line, cfg)
   end
-  count(st, 'rejected')
   return reply(0, 0, 0, 0)
 end
 
@@ -143,7 +142,6 @@ if fits then
   end
   leave()
   local fence, deadline = grant(ctx, token, weight, lease, hold, nonce, meta, weight_text)
-  count(st, 'acquired')
   -- Permits left over go on to the rest of the line.
   ctx.caller = nil
   serve_line(ctx, line, cfg)
@@ -184,7 +182,6 @@ if mode == 'wait' then
   -- Its place (and its ticket, for a grace period should it lapse) must outlive its heartbeat.
   outlive(now + cfg.waiter_ttl * (LAPSED_GRACE_TTLS + 1))
 else
-  count(st, 'rejected')
   leave()
 end
 sample(ctx, cfg, line.waiting)

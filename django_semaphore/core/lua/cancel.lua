@@ -34,15 +34,13 @@ end
 local gave_back = 0
 local score = redis.call('ZSCORE', K.holders, token)
 if score and tonumber(score) > now then
-  local info = parse_info(redis.call('HGET', K.info, token))
+  local info = parse_info(holder_record(token))
   if nonce ~= '' and info.nonce == nonce then
     drop_holder(token)
     ctx.used = math.max(ctx.used - info.weight, 0)
-    count(st, 'released')
     gave_back = 1
   end
 end
-count(st, 'rejected')
 if ARGV[4] == '1' then
   add('RPUSH', K.own_wake, 'X')
   add('PEXPIRE', K.own_wake, cfg.waiter_ttl * 2)

@@ -7,8 +7,10 @@
 --
 -- THE ARGUMENT CONTRACT (the same for every script)
 --   KEYS[1] holders  ZSET  holder token -> lease deadline (ms, server clock)
---   KEYS[2] info     HASH  holder token -> "weight|acquired_ms|fence|nonce|hold_until_ms|metadata"
---   KEYS[3] state    HASH  used (sum of held weights), fence (never reset), limit (runtime override),
+--   KEYS[2] info     HASH  holder token -> "weight|acquired_ms|fence|nonce|hold_until_ms|metadata": the record of
+--                          the holders whose record is not kept in the state hash (see `folded`)
+--   KEYS[3] state    HASH  "#" .. token -> the holder's record as in info, for the holders `folded` names;
+--                          used (sum of held weights), fence (never reset), limit (runtime override),
 --                          ticket (waiting-line counter), expires_at (partitions), audited_at,
 --                          seen_at (when a script last served a line with waiters in it),
 --                          hold_avg and peak/sampled_at (Retry-After, history) and the outcome counters;
@@ -173,16 +175,19 @@ local function server_now_ms()
   return tonumber(t[1]) * 1000 + ms, t[1] .. text
 end
 
+-- The counters here are what only the server sees (leases it reclaimed, renewals and releases of a lease or
+-- token gone, operators' force releases, permits ended at their max hold): how each attempt ended and
+-- each permit was given back is counted by the process that made the call (core/tally.py), per name.
 local STATE_FIELDS = {'limit', 'used', 'fence', 'ticket', 'expires_at', 'audited_at', 'seen_at', 'hold_avg', 'peak',
-                      'sampled_at', 'acquired', 'rejected', 'released', 'refused', 'expired', 'lost', 'forced',
-                      'max_hold', 'alimit', 'alimit_at', 'alimit_why', 'best'}
+                      'sampled_at', 'refused', 'expired', 'lost', 'forced', 'max_hold', 'alimit', 'alimit_at',
+                      'alimit_why', 'best'}
 
 -- Fields of the state hash every operation reads at once; any other is read when first used (a
 -- rarer path: a refusal, a waiting line), so the common path reads the hash once, and briefly.
-local HOT_FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak', 'sampled_at'}
+local HOT_FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'peak', 'sampled_at'}
 -- An adaptive semaphore's operations also read its rule's limit and window at once (see adaptive.lua).
-local ADAPTIVE_HOT_FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak',
-                             'sampled_at', 'alimit', 'ws', 'wsum', 'wn', 'wlost', 'wpeak', 'best'}
+local ADAPTIVE_HOT_FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'peak', 'sampled_at', 'alimit',
+                             'ws', 'wsum', 'wn', 'wlost', 'wpeak', 'best'}
 
 -- The state hash's `fields` (`false` for one it lacks); `st.created` when it has none of them.
 local function read_state(fields)
@@ -215,6 +220,30 @@ local function parse_info(value)
   local w, acquired, fence, nonce, hold_until, meta = string.match(value, '^(%d+)|(%d+)|(%d+)|([^|]*)|(%d+)|(.*)$')
   return {weight = tonumber(w) or 1, acquired = tonumber(acquired) or 0, fence = fence or '0',
           nonce = nonce or '', hold_until = tonumber(hold_until) or 0, meta = meta or ''}
+end
+
+-- Where a holder's record is kept. In the state hash, under "#" .. token (RECORD), for a permit of one
+-- (weight 1) of a semaphore that is not a waiting room, granted to a caller of this version (whose nonce
+-- has 17 characters, an "n" before 16 hex digits, where an older version's has 16: a waiter's request
+-- carries it, so a release knows whom it hands a permit to) under a random token of 32 hex digits (an
+-- identity's is "id-" before 32): lengths, the cheapest test a script can make (fast.lua's fast_folded
+-- makes it alike). One field of the hash every call reads and writes
+-- anyway, so a grant and a release cost no command of their own for it. Any other record stays in the
+-- info hash: an older version reads records there only, and counts a holder whose record it cannot find
+-- as a permit of one. So a weighted permit is never counted short (the limit holds whoever recounts), a
+-- permit handed to an older version's waiter, an identity an older process may acquire again and a
+-- room's visit (room.lua reads info) are whole to it; what an older version does not see of the others
+-- is their metadata on its dashboard, and the record of such a holder it reclaims or force-releases
+-- stays behind in the state hash (docs/compatibility.md).
+local RECORD = '#'
+
+local function folded(token, weight, nonce)
+  return weight == 1 and #nonce == 17 and #token == 32 and not (CFG and CFG.room)
+end
+
+-- A holder's record wherever it is kept (false: none).
+local function holder_record(token)
+  return redis.call('HGET', K.state, RECORD .. token) or redis.call('HGET', K.info, token)
 end
 
 local function info_text(weight_text, acquired_text, fence, nonce, hold_until, meta)
@@ -455,15 +484,41 @@ end
 
 -- READING THE SEMAPHORE -----------------------------------------------------
 
+-- The records of `tokens` (false for one without), in order, wherever each is kept: a batch at a time,
+-- one HMGET of the state hash, and one of info for those it did not hold.
+local function records_of(tokens)
+  local records = {}
+  for first = 1, #tokens, BATCH do
+    local last = math.min(first + BATCH - 1, #tokens)
+    local fields, missing = {}, {}
+    for i = first, last do
+      fields[#fields + 1] = RECORD .. tokens[i]
+    end
+    for i, value in ipairs(redis.call('HMGET', K.state, unpack(fields))) do
+      records[first + i - 1] = value
+      if not value then
+        missing[#missing + 1] = first + i - 1
+      end
+    end
+    if #missing > 0 then
+      local names = {}
+      for i, index in ipairs(missing) do
+        names[i] = tokens[index]
+      end
+      for i, value in ipairs(redis.call('HMGET', K.info, unpack(names))) do
+        records[missing[i]] = value
+      end
+    end
+  end
+  return records
+end
+
 local function weights_of(tokens)
   local total, infos = 0, {}
-  for first = 1, #tokens, BATCH do
-    local values = redis.call('HMGET', K.info, unpack(tokens, first, math.min(first + BATCH - 1, #tokens)))
-    for i, value in ipairs(values) do
-      local info = parse_info(value)
-      infos[first + i - 1] = info
-      total = total + info.weight
-    end
+  for i, value in ipairs(records_of(tokens)) do
+    local info = parse_info(value)
+    infos[i] = info
+    total = total + info.weight
   end
   return total, infos
 end
@@ -511,6 +566,7 @@ end
 local function drop_holder(token)
   drop('ZREM', K.holders, token)
   drop('HDEL', K.info, token)
+  drop('HDEL', K.state, RECORD .. token)
 end
 
 local function reclaim(st, h)
@@ -709,6 +765,7 @@ local function grant(ctx, token, weight, lease_ms, hold_ms, nonce, meta, weight_
   -- A token whose lease ran out in this very script is granted anew: it must not be reclaimed.
   keep(K.holders, token)
   keep(K.info, token)
+  keep(K.state, RECORD .. token)
   local fence = next_fence(ctx.fence)
   ctx.fence = fence
   local hold_until = hold_ms > 0 and ctx.now + hold_ms or 0
@@ -718,10 +775,15 @@ local function grant(ctx, token, weight, lease_ms, hold_ms, nonce, meta, weight_
   end
   if ctx.holders_empty and ctx.granted == 0 then
     created(K.holders)
-    created(K.info)
   end
   add('ZADD', K.holders, deadline, token)
-  add('HSET', K.info, token, info_text(weight_text or tostring(weight), ctx.now_text, fence, nonce, hold_until, meta))
+  local record = info_text(weight_text or tostring(weight), ctx.now_text, fence, nonce, hold_until, meta)
+  if folded(token, weight, nonce) then
+    set_state(RECORD .. token, record)
+  else
+    created(K.info)  -- (perhaps not new: it then takes the recorded expiry again, which outlives its own)
+    add('HSET', K.info, token, record)
+  end
   ctx.used = ctx.used + weight
   ctx.granted = ctx.granted + 1
   outlive(deadline)
@@ -850,7 +912,6 @@ local function serve_line(ctx, line, cfg)
       leave_line(line, head.token)
       note(head.token, 'G|' .. int_text(fence) .. '|' .. int_text(deadline) .. '|' .. ctx.now_text, r.claim,
            false)
-      count(ctx.st, 'acquired')
     end
   end
   alert_head(ctx, line, cfg)

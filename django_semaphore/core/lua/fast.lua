@@ -54,21 +54,22 @@ local function fast_deadline(now, lease, hold)
 end
 
 -- State fields the fast paths read, by the configuration's kind: a history wants `peak` and
--- `sampled_at` (at 5 and 6), and every semaphore its recorded expiry `expires_at` (last): the full
--- operations refresh it (a whole semaphore's too, for its waiting line's keys) when it falls short.
+-- `sampled_at` (at PEAK and SAMPLED_AT), and every semaphore its recorded expiry `expires_at` (last): the
+-- full operations refresh it (a whole semaphore's too, for its waiting line's keys) when it falls short.
+-- No outcome counter: how each call ended is counted by the process that made it (core/tally.py).
+local PEAK, SAMPLED_AT = 4, 5
 local function fast_fields(first, history)
-  local fields = {first[1], first[2], first[3], first[4]}
+  local fields = {first[1], first[2], first[3]}
   if history then
-    fields[5], fields[6] = 'peak', 'sampled_at'
+    fields[PEAK], fields[SAMPLED_AT] = 'peak', 'sampled_at'
   end
   fields[#fields + 1] = 'expires_at'
   return fields
 end
-local ACQUIRE_FIELDS = {'limit', 'used', 'fence', 'acquired'}
+local ACQUIRE_FIELDS = {'limit', 'used', 'fence'}
 -- What an acquire behind a line reads (fast_acquire.lua's fast_line_acquire), the same whatever the kind.
-local LINE_FIELDS = {'limit', 'used', 'fence', 'acquired', 'peak', 'sampled_at', 'hold_avg', 'ticket', 'audited_at',
-                     'expires_at'}
-local RELEASE_FIELDS = {'used', 'fence', 'hold_avg', 'released'}
+local LINE_FIELDS = {'limit', 'used', 'fence', 'peak', 'sampled_at', 'hold_avg', 'ticket', 'audited_at', 'expires_at'}
+local RELEASE_FIELDS = {'used', 'fence', 'hold_avg'}
 
 -- limit, waiter_ttl_ms, every_ms, idle_ms, fair, whole (and the state fields each fast path reads) of a
 -- fixed-limit configuration whose every field is in range; nil for an adaptive one, a waiting room's, or
@@ -91,6 +92,8 @@ local function fast_config(raw)
   found = {limit = limit, waiter_ttl = ttl, every = every, idle = idle, fair = fair == '1', whole = whole == '1'}
   found.acquire_fields = fast_fields(ACQUIRE_FIELDS, every > 0)
   found.release_fields = fast_fields(RELEASE_FIELDS, every > 0)
+  -- The release reads the releaser's record with them (fast_release sets its name, last, on each call).
+  found.release_read = {unpack(found.release_fields)}
   if fast_config_count >= 1000 then
     fast_configs, fast_config_count = {}, 0  -- as common.lua's cache: a site has a handful
   end
@@ -99,13 +102,33 @@ local function fast_config(raw)
 end
 
 -- Write the state hash once: `used`, an operation's fields (name, value, ...), and the peak as common.lua's
--- `sample` keeps it between samples (a history's: `used` above the peak read, `st[5]`, becomes the peak).
+-- `sample` keeps it between samples (a history's: `used` above the peak read, `st[PEAK]`, becomes the peak).
 local function fast_set_state(state, cfg, st, used, ...)
   local used_text = fast_text(used)
-  local old_peak = cfg.every > 0 and tonumber(st[5])
+  local old_peak = cfg.every > 0 and tonumber(st[PEAK])
   if cfg.every > 0 and (not old_peak or used > old_peak) then
     redis.call('HSET', state, 'used', used_text, 'peak', used_text, ...)
   else
     redis.call('HSET', state, 'used', used_text, ...)
+  end
+end
+
+-- Where a grant's record goes, as common.lua's `folded` decides for a permit of one (the fast paths grant
+-- no other): true, the state hash (under "#" .. token, written with the state); false, the info hash.
+local function fast_folded(token, nonce)
+  return #nonce == 17 and #token == 32
+end
+
+-- Write a permit's record where it goes, and then the state hash (`fields`: name, value...), with the record
+-- in it when it goes there: one HSET of the state either way (fast_set_state), and one of info otherwise,
+-- whose expiry a partition then sets as common.lua's apply_expiry does for a key a grant writes (`recorded`).
+local function fast_record(info, state, cfg, st, used, token, record, folded, recorded, ...)
+  if folded then
+    return fast_set_state(state, cfg, st, used, '#' .. token, record, ...)
+  end
+  redis.call('HSET', info, token, record)
+  fast_set_state(state, cfg, st, used, ...)
+  if not cfg.whole then
+    redis.call('PEXPIREAT', info, recorded)
   end
 end

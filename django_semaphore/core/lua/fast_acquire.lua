@@ -18,9 +18,10 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
   end
   local st = redis.call('HMGET', state, unpack(LINE_FIELDS))
   local limit, used, fence = tonumber(st[1]) or cfg.limit, tonumber(st[2]), tonumber(st[3])
+  local hold_avg, ticket, audited_at, recorded = st[6], st[7], st[8], st[9]
   local earliest = tonumber(redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')[2])
   if not fence or not used or used < 0 or used % 1 ~= 0 or (earliest and earliest <= now) or (not earliest and used > 0)
-      or limit < 1 or (cfg.every > 0 and now - (tonumber(st[6]) or 0) >= cfg.every) then
+      or limit < 1 or (cfg.every > 0 and now - (tonumber(st[SAMPLED_AT]) or 0) >= cfg.every) then
     return nil  -- (nobody holds a permit, yet `used` says otherwise: acquire.lua recounts and reports)
   end
   local waiting = redis.call('ZCARD', queue)
@@ -33,19 +34,18 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
       return nil  -- in line with another weight: acquire.lua refuses it
     end
     local deadline, hold_text = fast_deadline(now, lease, hold)
-    if deadline - now < cfg.waiter_ttl or (tonumber(st[10]) or 0) < deadline + cfg.idle then
+    if deadline - now < cfg.waiter_ttl or (tonumber(recorded) or 0) < deadline + cfg.idle then
       return nil
     end
     fence = fast_fence(fence, clock)
     local fence_text = string.format('%d', fence)
     redis.call('ZADD', holders, string.format('%d', deadline), token)
-    redis.call('HSET', info, token, '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. meta)
-    fast_set_state(state, cfg, st, used + 1, 'fence', fence_text, 'acquired',
-                   string.format('%d', (tonumber(st[4]) or 0) + 1), 'seen_at', now_text)
+    fast_record(info, state, cfg, st, used + 1, token,
+                '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. meta,
+                fast_folded(token, nonce), recorded, 'fence', fence_text, 'seen_at', now_text)
     if not earliest and not cfg.whole then
-      -- The holders' keys were created by this call: they take the partition's recorded expiry.
-      redis.call('PEXPIREAT', holders, st[10])
-      redis.call('PEXPIREAT', info, st[10])
+      -- The holders' key was created by this call: it takes the partition's recorded expiry.
+      redis.call('PEXPIREAT', holders, recorded)
     end
     if rank then
       -- A waiter takes it from the line, which it leaves (removals last: nothing touches these keys after).
@@ -56,7 +56,8 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
     end
     return {1, fence, deadline, used + 1, limit, waiting, now, 0}
   end
-  if mode ~= 'wait' or now - (tonumber(st[9]) or 0) >= 1000 or (tonumber(st[10]) or 0) < now + cfg.waiter_ttl * 3 + cfg.idle then
+  if mode ~= 'wait' or now - (tonumber(audited_at) or 0) >= 1000
+      or (tonumber(recorded) or 0) < now + cfg.waiter_ttl * 3 + cfg.idle then
     return nil  -- a refusal; a recount due (acquire.lua's audit); or the keys must outlive the place in line
   end
   local request = redis.call('HGET', qweight, token)
@@ -72,7 +73,7 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
     if request then
       return nil  -- a lapsed waiter coming back for its ticket
     end
-    local ticket = string.format('%d', (tonumber(st[8]) or 0) + 1)
+    ticket = string.format('%d', (tonumber(ticket) or 0) + 1)
     waiting = waiting + 1
     position = waiting
     redis.call('ZADD', queue, ticket, token)
@@ -83,7 +84,7 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
   end
   -- When a permit is likely to come free: common.lua's expected_free_ms (full, so someone holds one).
   local nearest = math.max(earliest - now, 0)
-  return {3, 0, 0, used, limit, waiting, now, position, nearest, math.min(nearest, tonumber(st[7]) or cfg.waiter_ttl),
+  return {3, 0, 0, used, limit, waiting, now, position, nearest, math.min(nearest, tonumber(hold_avg) or cfg.waiter_ttl),
           '', 0}
 end
 
@@ -94,7 +95,7 @@ end
 -- fence, a sane `used`), a permit free under the limit in force, no history sample due, no tombstone
 -- or note on the caller's wake list, the call in time, and the recorded expiry (`expires_at`) already
 -- outliving the new lease by the idle period. Then the grant is exactly what acquire.lua would do: the holder
--- and its record, `used`, the fence, the `acquired` counter and the peak, one reply.
+-- and its record, `used`, the fence and the peak, one reply.
 --
 -- Anything else, or any argument this code does not find in its plain form, returns nil having
 -- written nothing, and the caller runs acquire.lua on the same call (in the same script or function,
@@ -113,7 +114,7 @@ local function fast_acquire(keys, args)
   -- The request in its plain form (acquire.lua's header): weight 1, a hex nonce, the claim a whole
   -- number of ms from 1 to under ten years (as acquire.lua takes it, though only a waiter needs it).
   local token, lease, mode, claim, hold, nonce, not_after, grant_before =
-    string.match(args[2] or '', '^(%S+) 1 ([1-9]%d*) (%a+) ([1-9]%d*) (%d+) (%x*) (%d+) (%d+)$')
+    string.match(args[2] or '', '^(%S+) 1 ([1-9]%d*) (%a+) ([1-9]%d*) (%d+) (n?%x*) (%d+) (%d+)$')
   if not token or #token > 200 or (mode ~= 'try' and mode ~= 'wait') or #nonce > 64 or #lease > 11 or #claim > 11 then
     return nil
   end
@@ -132,7 +133,7 @@ local function fast_acquire(keys, args)
     -- Someone in line, or a note (a tombstone?) on the caller's wake list.
     return fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, nonce, now, now_text, clock, args[3] or '')
   end
-  local holders, info, state = keys[1], keys[2], keys[3]
+  local holders, state = keys[1], keys[3]
   local st = redis.call('HMGET', state, unpack(cfg.acquire_fields))
   local fence, used = tonumber(st[3]), tonumber(st[2])
   if not fence then
@@ -156,7 +157,7 @@ local function fast_acquire(keys, args)
   if used + 1 > limit then
     return nil  -- full or paused: acquire.lua queues, refuses or audits
   end
-  if cfg.every > 0 and now - (tonumber(st[6]) or 0) >= cfg.every then
+  if cfg.every > 0 and now - (tonumber(st[SAMPLED_AT]) or 0) >= cfg.every then
     return nil  -- a history sample is due
   end
   local deadline, hold_text = fast_deadline(now, lease, hold)
@@ -169,13 +170,12 @@ local function fast_acquire(keys, args)
   end
   fence, used = fast_fence(fence, clock), used + 1
   local fence_text = string.format('%d', fence)
-  redis.call('HSET', info, token, '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|'
-             .. (args[3] or ''))
-  fast_set_state(state, cfg, st, used, 'fence', fence_text, 'acquired', string.format('%d', (tonumber(st[4]) or 0) + 1))
+  fast_record(keys[2], state, cfg, st, used, token,
+              '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. (args[3] or ''),
+              fast_folded(token, nonce), recorded, 'fence', fence_text)
   if created and not cfg.whole then
-    -- The holders' keys were created by this call: they take the partition's recorded expiry.
+    -- The holders' key was created by this call: it takes the partition's recorded expiry.
     redis.call('PEXPIREAT', holders, recorded)
-    redis.call('PEXPIREAT', info, recorded)
   end
   return {1, fence, deadline, used, limit, 0, now, 0}
 end

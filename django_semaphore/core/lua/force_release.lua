@@ -28,7 +28,7 @@ if everyone then
 else
   local score = redis.call('ZSCORE', K.holders, token)
   if score and tonumber(score) > now then
-    local info = parse_info(redis.call('HGET', K.info, token))
+    local info = parse_info(holder_record(token))
     drop_holder(token)
     ctx.used = math.max(ctx.used - info.weight, 0)
     released = {token}

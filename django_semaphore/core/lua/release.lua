@@ -29,7 +29,7 @@ local unsure = nonce ~= '' or fence ~= ''
 local now, now_text = server_now_ms()
 local st, line, ctx = open_semaphore(cfg, now, now_text, nil)
 local score = redis.call('ZSCORE', K.holders, token)
-local info = score and parse_info(redis.call('HGET', K.info, token))
+local info = score and parse_info(holder_record(token))
 local nothing_left = not score and ctx.holders_empty and st.created
 
 local released = 0
@@ -52,7 +52,6 @@ elseif (nonce == '' or info.nonce == nonce) and (fence == '' or info.fence == fe
   if cfg.room then
     room_time(st, 'vi', held_for)  -- a waiting room's visit, ended by the site
   end
-  count(st, 'released')
   released = 1
   if cfg.adaptive then
     record_hold(st, held_for)

@@ -18,7 +18,7 @@ local now, now_text = server_now_ms()
 local score = redis.call('ZSCORE', K.holders, token)
 if score and tonumber(score) > now then
   -- The common path: a live holder; only a partition's expiry may need the state hash.
-  local info = parse_info(redis.call('HGET', K.info, token))
+  local info = parse_info(holder_record(token))
   local deadline = now + lease
   local status = 1
   if info.hold_until > 0 and deadline >= info.hold_until then

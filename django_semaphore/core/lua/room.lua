@@ -65,8 +65,8 @@ local LATER = 2199023255552
 local SAMPLE_MS = 5000
 local SLOTS = 13
 local WINDOW_MS = 60000
-local FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'acquired', 'released', 'peak', 'sampled_at',
-                'rejected', 'ticket', 'admitted', 'walked_in', 'abandoned', 'queue_all', 'turned_away'}
+local FIELDS = {'limit', 'used', 'fence', 'expires_at', 'hold_avg', 'peak', 'sampled_at', 'ticket', 'admitted',
+                'walked_in', 'abandoned', 'queue_all', 'turned_away'}
 local SAMPLE_FIELDS = {'since', 'pace', 'p', 'pace_limit', 'full_since', 'moved'}
 local FIRST_SLOT = #SAMPLE_FIELDS + 1
 for slot = 0, SLOTS - 1 do
@@ -267,7 +267,6 @@ if held and tonumber(held) > now then
   end
   outlive(deadline)
   client_place(deadline)
-  count(st, 'acquired')
   serve_line(ctx, line, cfg)
   return reply(2, tonumber(info.fence), deadline, 0)
 end
@@ -337,7 +336,6 @@ if not rank and (places > 0 or per_minute > 0) then
   if refused ~= '' then
     -- A real refusal (no place, no line), unlike a poll of a visitor in line, which is not counted as one.
     count(st, 'turned_away')
-    count(st, 'rejected')
     return reply(REFUSED, 0, 0, 0)
   end
 end
@@ -355,7 +353,6 @@ if fits then
   end
   local fence, deadline = grant(ctx, token, 1, lease, hold, '', meta, '1')
   client_place(deadline)
-  count(st, 'acquired')
   count(st, 'admitted')
   if not rank then
     count(st, 'walked_in')

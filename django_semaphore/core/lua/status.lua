@@ -28,14 +28,10 @@ if max_holders > 0 and holder_count > 0 then
   for i = 1, #rows, 2 do
     tokens[#tokens + 1] = rows[i]
   end
-  for first = 1, #tokens, BATCH do
-    local infos = redis.call('HMGET', K.info, unpack(tokens, first, math.min(first + BATCH - 1, #tokens)))
-    for i, info in ipairs(infos) do
-      local row = (first + i - 2) * 2 + 1
-      listed[#listed + 1] = rows[row]
-      listed[#listed + 1] = rows[row + 1]
-      listed[#listed + 1] = info or ''
-    end
+  for i, record in ipairs(records_of(tokens)) do
+    listed[#listed + 1] = rows[i * 2 - 1]
+    listed[#listed + 1] = rows[i * 2]
+    listed[#listed + 1] = record or ''
   end
 end
 local samples = {}

@@ -193,8 +193,8 @@ class Command(BaseCommand):
             if s["override"] is not None:
                 limit += "*"
                 overridden.append(f"{s['name']} (settings: {s['configured_limit']})")
-            counters = s["counters"]
-            rejected = str(counters["rejected"])
+            counters = {name: "-" if count is None else str(count) for name, count in s["counters"].items()}
+            rejected = counters["rejected"]
             rejections = ("-", rejected) if s["dry_run"] else (rejected, "-")
             rows.append(
                 (
@@ -204,10 +204,10 @@ class Command(BaseCommand):
                     str(s["waiting"]),
                     usage_bar(s["utilisation"]),
                     duration(s["oldest_holder_age_s"]),
-                    str(counters["acquired"]),
+                    counters["acquired"],
                     *(rejections if dry else rejections[:1]),
-                    str(counters["expired"]),
-                    str(counters["lost"]),
+                    counters["expired"],
+                    counters["lost"],
                     s["on_error"],
                 )
             )
@@ -228,6 +228,8 @@ class Command(BaseCommand):
                 self.stdout.write(for_terminal(stripes_line(s)))
         if dry:
             self.stdout.write("WOULD REJECT: dry-run only; these requests found no permit and ran anyway.")
+        if any(s["counters"]["acquired"] is None for s in semaphores):
+            self.stdout.write("ACQUIRED/REJECTED -: not counted (SEMAPHORE_METRICS_FLUSH_INTERVAL is None).")
         if any(s["keyed"] for s in semaphores):
             self.stdout.write("Keyed: LIMIT is per key, USED/WAIT add up all keys, USAGE is the busiest key.")
         if any(s["truncated"] for s in semaphores):

@@ -60,3 +60,6 @@ class WorkerPlan:
     # Chances, after a posted release, that the process SIGKILLs itself, or forks a child that takes turns.
     suicide_rate: float = 0.0
     fork_rate: float = 0.0
+    # A folder holding another version of the package (an older one, installed there: old_version.py), put
+    # first on the process's path: a rolling deploy's process of that version ('' for this tree's).
+    package: str = ""

@@ -16,6 +16,7 @@ import contextlib
 import os
 import random
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -281,6 +282,8 @@ def run(plan: WorkerPlan, ready: Any, go: Any) -> None:
     ``go`` is a shared number: 0 until the run starts, then when it ends, on the machine's monotonic clock
     (one clock for every process).
     """
+    if plan.package:
+        sys.path.insert(0, plan.package)  # before the package is first imported (workers.setup imports Django's apps)
     from .. import workers
 
     workers.setup(plan.prefix, plan.skew)
