@@ -30,6 +30,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, I
 from types import TracebackType
 
 import django
+from asgiref.sync import SyncToAsync
 from django.core.signals import got_request_exception
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
@@ -63,12 +64,27 @@ class ReleasedOnError(OnExit):
 
 
 class AReleasedOnError:
-    """``ReleasedOnError`` for async code: ``release`` returns an awaitable."""
+    """``ReleasedOnError`` for async code: ``release`` returns an awaitable.
 
-    __slots__ = ("release",)
+    A cancellation is the one error that may leave the guarded work
+    running: Django's ASGI handler cancels a request's handling when its
+    client leaves, and the event loop stops waiting for a sync view (or an
+    async view's ``sync_to_async`` call), whose thread runs on to its end.
+    Given back then, the permit would let the next request in beside that
+    work, and a client that leaves at once could start as much of it as it
+    likes. So on a cancellation ``release_in_thread`` (a sync release) runs
+    in the request's own thread, after the work queued there
+    (``_after_the_requests_thread``); with nothing running there, or none
+    given, ``release`` runs at once.
+    """
 
-    def __init__(self, release: Callable[[], Awaitable[object]]) -> None:
+    __slots__ = ("release", "release_in_thread")
+
+    def __init__(
+        self, release: Callable[[], Awaitable[object]], release_in_thread: Callable[[], object] | None = None
+    ) -> None:
         self.release = release
+        self.release_in_thread = release_in_thread
 
     async def __aenter__(self) -> None:
         return None
@@ -76,8 +92,41 @@ class AReleasedOnError:
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        if kind is not None:
-            await self.release()
+        if kind is None:
+            return
+        later = self.release_in_thread
+        if later is not None and issubclass(kind, asyncio.CancelledError) and _after_the_requests_thread(later):
+            return
+        await self.release()
+
+
+def _after_the_requests_thread(release: Callable[[], object]) -> bool:
+    """Queue ``release`` behind the work of this request's thread; False if it has none to wait for.
+
+    Under Django's ASGI handler each request runs in a ``ThreadSensitiveContext``
+    of asgiref, whose one thread runs the request's sync code in turn: a
+    sync view, the ``sync_to_async`` calls of an async view (``thread_sensitive``,
+    their default). Its executor is asgiref's own (not public API, the same
+    since asgiref 3.3); the handler waits for it before the request ends. Work
+    an async view hands to another thread (``thread_sensitive=False``) is not
+    waited for.
+    """
+    context = SyncToAsync.thread_sensitive_context.get(None)
+    executor = None if context is None else SyncToAsync.context_to_thread_executor.get(context)
+    if executor is None:
+        return False
+    try:
+        executor.submit(_logged, release)
+    except RuntimeError:  # shut down: the request is over, and its thread's work with it
+        return False
+    return True
+
+
+def _logged(release: Callable[[], object]) -> None:
+    try:
+        release()
+    except Exception:  # nobody waits for this thread's result: say it here
+        logger.exception("Giving back the permits of a request whose client left failed.")
 
 
 def release_all(admissions: Sequence[Admission], *, posted: bool = False) -> None:

@@ -7,6 +7,8 @@ from . import cache_views, views
 urlpatterns = [
     path("guarded/", views.guarded, name="guarded"),
     path("guarded-async/", views.guarded_async, name="guarded-async"),
+    path("working/", views.working),
+    path("working-async/", views.working_async),
     path("unblocked/", views.unblocked),
     path("raising/", views.raising),
     path("failing/", views.failing),

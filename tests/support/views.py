@@ -11,6 +11,7 @@ import io
 import threading
 import time
 
+from asgiref.sync import sync_to_async
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.decorators import method_decorator
 from django.utils.html import format_html
@@ -317,3 +318,47 @@ async def _aforever():
 @semaphore("bounded")
 async def endless_stream_async(request: HttpRequest) -> StreamingHttpResponse:
     return StreamingHttpResponse(_aforever())
+
+
+class Work:
+    """Sync work a request leaves running in its thread: started, then held until the test lets it end."""
+
+    started = threading.Event()
+    may_end = threading.Event()
+    abandoned = threading.Event()  # the async view's await of it was cancelled
+    running = 0
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.started, cls.may_end, cls.abandoned, cls.running = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+            0,
+        )
+
+    @classmethod
+    def run(cls) -> None:
+        cls.running += 1
+        cls.started.set()
+        try:
+            cls.may_end.wait(30)
+        finally:
+            cls.running -= 1
+
+
+def working(request: HttpRequest) -> HttpResponse:
+    """A sync view (the middleware's rules guard it): under ASGI it runs in the request's thread."""
+    Work.run()
+    return HttpResponse(b"done")
+
+
+@semaphore("guarded")
+async def working_async(request: HttpRequest) -> HttpResponse:
+    """An async view whose work is sync, handed to a thread as Django's docs show (``sync_to_async``)."""
+    try:
+        await sync_to_async(Work.run)()
+    except asyncio.CancelledError:
+        Work.abandoned.set()
+        raise
+    return HttpResponse(b"done")

@@ -1,0 +1,127 @@
+"""A client that leaves while its request's work runs in a thread (ASGI): the permit stays until that work ends.
+
+Django's ASGI handler cancels a request's handling when its client disconnects. The event loop then stops
+waiting for an async view's ``await sync_to_async(...)``, or for a sync view behind async middleware, but
+the thread runs the work on to its end. A guard that gave its permit back at the cancellation would let the
+next request in beside work still running, and a client that leaves at once could start as much of it as it
+likes: one request, one disconnect, over and over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.handlers.asgi import ASGIHandler
+
+from django_semaphore import signals
+
+from ..support.guards import MIDDLEWARE, declare
+from ..support.views import Work
+
+# Closing a response sends request_finished, whose receiver looks at the database connection.
+pytestmark = pytest.mark.django_db
+
+# How long a release that comes with the cancellation is waited for: it follows the cancellation at once.
+CANCELLATION = 3.0
+
+
+class Releases:
+    """Each release of the guarded semaphore, as the runs of the work still going on when it came."""
+
+    def __init__(self) -> None:
+        self.running_then: list[int] = []
+        self.heard = threading.Event()
+
+    def __call__(self, sender: str, **kwargs: Any) -> None:
+        if sender == "guarded":
+            self.running_then.append(Work.running)
+            self.heard.set()
+
+
+@pytest.fixture
+def releases() -> Iterator[Releases]:
+    Work.reset()
+    heard = Releases()
+    signals.semaphore_released.connect(heard)
+    try:
+        yield heard
+    finally:
+        signals.semaphore_released.disconnect(heard)
+        Work.may_end.set()
+
+
+def _scope(path: str) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+
+
+def _leave_while_it_works(path: str, heard: threading.Event) -> None:
+    """Serve ``path`` on an event loop of its own; the client leaves once the work has started, and the work
+    is let end only after a release that came with the cancellation has had time to be heard."""
+    left: list[asyncio.Event] = []
+    ready = threading.Event()
+
+    async def serve() -> None:
+        gone = asyncio.Event()
+        left.append(gone)
+        ready.set()
+        body = [{"type": "http.request", "body": b"", "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            if body:
+                return body.pop()
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            pass
+
+        await ASGIHandler()(_scope(path), receive, send)
+
+    loop = asyncio.new_event_loop()
+    server = threading.Thread(target=loop.run_until_complete, args=(serve(),))
+    server.start()
+    try:
+        assert ready.wait(10) and Work.started.wait(10)
+        loop.call_soon_threadsafe(left[0].set)
+        heard.wait(CANCELLATION)
+    finally:
+        Work.may_end.set()
+        server.join(30)
+        loop.close()
+    assert not server.is_alive()
+
+
+def test_an_async_view_whose_client_leaves_keeps_its_permit_until_its_threads_work_ends(
+    settings, releases: Releases
+) -> None:
+    declare(settings)
+    _leave_while_it_works("/surface/working-async/", releases.heard)
+    assert Work.abandoned.is_set()  # Django did cancel the view's await
+    assert releases.running_then == [0]
+
+
+def test_a_sync_view_behind_the_middleware_whose_client_leaves_keeps_its_permit_until_it_ends(
+    settings, releases: Releases
+) -> None:
+    declare(settings)
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
+    settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "guarded", "path": "^/surface/working/$"}]
+    _leave_while_it_works("/surface/working/", releases.heard)
+    assert releases.running_then == [0]
