@@ -4,10 +4,10 @@ The suite's own environment has every extra installed, which hid that the
 ``celery`` extra alone gave a worker that crashed at start-up with a Redis
 broker (kombu's Redis transport needs ``packaging`` and redis-py: its own
 ``redis`` extra). Here pip installs this checkout with the extra into a new
-virtualenv (this environment's pip: the new one has none); a minimal site wired the way the docs show (``config_from_object``,
-the broker URL in settings, ``autodiscover_tasks``) runs a real worker from
-it, on the suite's Redis server, and a task guarded by ``@limit_task`` runs.
-Slow (pip, then a worker start): one test.
+virtualenv (this environment's pip: the new one has none); a minimal site
+wired the way the docs show (``config_from_object``, the broker URL in
+settings, ``autodiscover_tasks``) runs a real worker from it, on the suite's
+Redis server, and a task guarded by ``@limit_task`` runs. Slow (pip, then a worker start): one test.
 """
 
 from __future__ import annotations
