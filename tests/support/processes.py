@@ -13,7 +13,9 @@ server's own is that of the first start, so it is handed over).
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing.context
+import multiprocessing.forkserver
 import os
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -58,6 +60,9 @@ class WarmContext(multiprocessing.context.ForkServerContext):
 
 warm: Any = WarmContext()
 warm.set_forkserver_preload(PRELOAD)
+# The server is stopped and reaped (by its pid) when the test process exits, rather than left to stop by itself
+# once its parent is gone: its children's CPU then counts in the test run's, as the spawned children's did.
+atexit.register(multiprocessing.forkserver._forkserver._stop)
 
 
 def run_to_the_end(processes: list[BaseProcess], timeout: float = 120.0) -> None:
