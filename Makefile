@@ -24,10 +24,11 @@ load: $(STAMP)
 
 # In parallel (pytest-xdist): each worker starts its own server; the longest tests go first, a module whose
 # tests share a fixture stays on one worker (pyproject.toml's addopts, tests/conftest.py).
-# TEST_WORKERS=0 runs the suite in this one process.
-TEST_WORKERS ?= 4
+# TEST_WORKERS=0 runs the suite in this one process. Bytecode is cached (__pycache__, ignored by git) even where
+# PYTHONDONTWRITEBYTECODE is set: else every worker rewrites and compiles each test module again (7 CPU-s).
+TEST_WORKERS ?= 6
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Each part on its own too, for .pre-commit-config.yaml: the hooks run exactly these.
 lint: lint-ruff lint-format lint-duplicates lint-types

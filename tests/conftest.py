@@ -137,23 +137,25 @@ def way(request: pytest.FixtureRequest, redis_client: redis.Redis) -> modes.Way:
 SHARED_SCOPES = {"module", "package"}
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The order pytest-xdist hands tests out in (``--dist loadgroup --no-loadscope-reorder``, in addopts):
-    the tests marked ``alone`` first, while nothing else runs yet; then the long ones (``processes``, ``slow``,
-    and modules whose tests share a fixture, such as a cluster or a browser), so that the short ones fill the
-    end of the run instead of one long test holding it up. A module whose tests share a module-scoped
+    the tests marked ``alone`` first, while nothing else runs yet; then the long ones, so that the short ones
+    fill the end of the run instead of one long test holding it up: the modules whose tests share a fixture,
+    such as a cluster or a browser (each runs on one worker, test after test: the longest stretches), then
+    the ``slow`` tests, then the others marked ``processes``. A module whose tests share a module-scoped
     fixture is one group (``xdist_group``): one worker sets it up once, rather than every worker, or again
     each time its tests come back to it. Run in one process, the order changes nothing a test may rely on:
     each test sets up what it needs.
+
+    Last (``trylast``): pytest-django sorts the tests that use the database before the others, as Django's
+    runner does, and sorting after it keeps that order only within each of ours (it had put every database
+    test, short ones included, before the ``alone`` and the long ones).
     """
 
     def rank(item: pytest.Item) -> int:
-        if item.get_closest_marker("alone"):
-            return 0
-        if any(item.get_closest_marker(name) for name in ("processes", "slow", "xdist_group")):
-            return 1
-        return 2
+        order = ("alone", "xdist_group", "slow", "processes")
+        return next((n for n, name in enumerate(order) if item.get_closest_marker(name)), len(order))
 
     for item in items:
         definitions = getattr(item, "_fixtureinfo", None)

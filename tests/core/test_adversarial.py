@@ -13,7 +13,6 @@ renewal, as any holder does; the fence is what protects the resource.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import signal
 import threading
@@ -31,8 +30,7 @@ from django_semaphore.core.replies import AcquireReply
 
 from ..support import workers
 from ..support.polling import wait_until
-
-spawn = multiprocessing.get_context("spawn")
+from ..support.processes import warm
 
 
 def make(name: str, limit: int, **options: object) -> Semaphore:
@@ -254,7 +252,7 @@ def test_a_server_stall_longer_than_the_waiter_ttl_keeps_the_line_in_order(
     sem = make("stalled-server", 1, lease=30)
     holder = sem.acquire(auto_renew=False)
     assert holder is not None
-    waiter = spawn.Process(target=wait_in_line_then_record, args=(key_prefix, url, 0.5))
+    waiter = warm.Process(target=wait_in_line_then_record, args=(key_prefix, url, 0.5))
     try:
         waiter.start()
         wait_until(lambda: sem.status().waiting == 1)
@@ -365,8 +363,8 @@ def test_a_starved_waiter_keeps_its_place_for_two_of_its_own_ttls_whoever_reaps_
     sem = make("grace-ttl", 1, lease=30)
     holder = sem.acquire(auto_renew=False)
     assert holder is not None
-    first = spawn.Process(target=wait_then_record, args=(key_prefix, "grace-ttl", 1.0, "first"))
-    second = spawn.Process(target=wait_then_record, args=(key_prefix, "grace-ttl", 1.0, "second"))
+    first = warm.Process(target=wait_then_record, args=(key_prefix, "grace-ttl", 1.0, "first"))
+    second = warm.Process(target=wait_then_record, args=(key_prefix, "grace-ttl", 1.0, "second"))
     try:
         first.start()
         wait_until(lambda: sem.status().waiting == 1)
@@ -435,7 +433,7 @@ def test_chaos_weights_kills_and_short_stalls_never_go_over_the_limit(
     rng = random.Random(7)
     name, limit, duration = f"chaos-{int(fair)}", 3, 12.0
     processes = [
-        spawn.Process(target=chaos_worker, args=(key_prefix, url, name, limit, fair, duration, seed))
+        warm.Process(target=chaos_worker, args=(key_prefix, url, name, limit, fair, duration, seed))
         for seed in range(5)
     ]
     admin = redis.Redis.from_url(own_server.url)

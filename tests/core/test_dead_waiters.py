@@ -9,7 +9,6 @@ at, both in the holder's record), so no timing threshold is needed.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
@@ -23,9 +22,9 @@ from django_semaphore.core.conf import SemaphoreConfig
 
 from ..support import workers
 from ..support.polling import wait_until
+from ..support.processes import warm
 from ..support.records import holder_record
 
-spawn = multiprocessing.get_context("spawn")
 pytestmark = pytest.mark.processes
 
 WAITER_TTL = 1.0  # the default SEMAPHORE_WAITER_TTL, which the waiter processes run with
@@ -38,7 +37,7 @@ def make(name: str) -> Semaphore:
 def _queue_dead_waiters(key_prefix: str, name: str, sem: Semaphore, count: int) -> list:
     """``count`` waiter processes in line behind the holder, then SIGKILLed there."""
     processes = [
-        spawn.Process(target=workers.hold_forever, args=(key_prefix, name, 1, 30.0, 60.0)) for _ in range(count)
+        warm.Process(target=workers.hold_forever, args=(key_prefix, name, 1, 30.0, 60.0)) for _ in range(count)
     ]
     for process in processes:
         process.start()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
@@ -21,8 +20,7 @@ from django_semaphore.testing import RedisServer
 from ..support import modes, workers
 from ..support.handoffs import in_line_behind_a_holder
 from ..support.polling import wait_until
-
-spawn = multiprocessing.get_context("spawn")
+from ..support.processes import warm
 
 
 def make(name: str, limit: int = 1, **options: object) -> Semaphore:
@@ -214,7 +212,7 @@ def test_a_permit_handed_to_a_frozen_waiter_comes_back_after_the_claim(key_prefi
     sem = make("frozen", lease=60)
     holder = sem.acquire()
     assert holder is not None
-    waiter = spawn.Process(target=workers.hold_forever, args=(key_prefix, "frozen", 1, 60.0, 60.0))
+    waiter = warm.Process(target=workers.hold_forever, args=(key_prefix, "frozen", 1, 60.0, 60.0))
     try:
         waiter.start()
         wait_until(lambda: sem.status().waiting == 1)

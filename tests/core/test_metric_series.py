@@ -4,7 +4,6 @@ many keys come and however the scrapes interleave, no more partitions hold a pla
 
 from __future__ import annotations
 
-import multiprocessing
 from typing import Any
 
 import pytest
@@ -15,9 +14,8 @@ from django_semaphore.core.connection import get_client
 from django_semaphore.core.redis_keys import hash_partition
 
 from ..support import modes, workers
-from ..support.processes import run_to_the_end
+from ..support.processes import run_to_the_end, warm
 
-spawn = multiprocessing.get_context("spawn")
 DAY_MS = 86_400_000
 
 
@@ -85,7 +83,7 @@ def test_readings_at_once_in_several_processes_never_name_more_partitions_than_p
     every read finds partitions in use that have no place. The keys any reading named: at most the places."""
     places = 5
     processes = [
-        spawn.Process(
+        warm.Process(
             target=workers.scrape_with_fresh_keys, args=(key_prefix, way.url(redis_server.url), places, 30, seed)
         )
         for seed in range(6)

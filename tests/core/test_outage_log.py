@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import re
 import threading
 import time
@@ -31,8 +30,8 @@ from django_semaphore.testing import RedisServer
 from ..support import outage_worker
 from ..support.guards import declare
 from ..support.load import Workers
+from ..support.processes import warm
 
-spawn = multiprocessing.get_context("spawn")
 OUTAGE_SECONDS = 5.0
 MOST_RECORDS = 20
 
@@ -141,9 +140,9 @@ def test_two_outages_nine_seconds_apart_are_told_by_every_worker_as_they_happen(
     """Issue 30, item 5, as it was met: two worker processes, a 5 s outage and a 3 s one 9 s apart, requests only
     in the first moments of each. Each worker tells both outages, start and end, the end without a request."""
     logs = [tmp_path / f"worker-{index}.jsonl" for index in range(2)]
-    queues = [(spawn.Queue(), spawn.Queue()) for _ in logs]
+    queues = [(warm.Queue(), warm.Queue()) for _ in logs]
     processes = [
-        spawn.Process(
+        warm.Process(
             target=outage_worker.serve, args=(key_prefix, settings.SEMAPHORE_CONNECTION, str(log), commands, answers)
         )
         for log, (commands, answers) in zip(logs, queues, strict=True)

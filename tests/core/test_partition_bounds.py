@@ -12,7 +12,6 @@ server ran, not in seconds.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from io import StringIO
@@ -35,11 +34,10 @@ from django_semaphore.testing import RedisServer
 from ..support import workers
 from ..support.guards import declare
 from ..support.polling import answered, wait_until
-from ..support.processes import run_to_the_end
+from ..support.processes import run_to_the_end, warm
 
 IP_URL = "/surface/keyed/ip/"  # @semaphore("guarded", key="ip")
 IP_HELD_OPEN_URL = "/surface/ip-held-open/"  # the same, streaming: the permit is held until closed
-spawn = multiprocessing.get_context("spawn")
 
 
 def address(n: int) -> str:
@@ -180,7 +178,7 @@ def test_eviction_never_takes_a_partition_in_use_across_processes(
     """Six processes take permits of 15 keys at limit 1 with a cap of 5: every key is evicted again
     and again while the others are in use, and no key ever has two holders at once."""
     processes = [
-        spawn.Process(target=workers.churn_partitions, args=(key_prefix, 15, 5, 3.0, seed)) for seed in range(6)
+        warm.Process(target=workers.churn_partitions, args=(key_prefix, 15, 5, 3.0, seed)) for seed in range(6)
     ]
     redis_client.config_resetstat()  # the eviction script's DEL is the only DEL these processes run
     run_to_the_end(processes)

@@ -4,7 +4,6 @@ stall, and deadlines that are kept, with real OS processes and an independent re
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import random
 import signal
@@ -20,9 +19,8 @@ from django_semaphore.testing import RedisServer, find_binary
 
 from ..support import workers
 from ..support.polling import wait_until
+from ..support.processes import warm
 from ..support.records import holder_record
-
-spawn = multiprocessing.get_context("spawn")
 
 
 def make(name: str, limit: int = 1, **options: object) -> Semaphore:
@@ -53,7 +51,7 @@ def test_handoffs_between_processes_with_different_waiter_ttls_never_overlap(
     # overlap the next by design).
     ttls = [0.05, 0.05, 0.05, 5.0] * 2
     processes = [
-        spawn.Process(target=workers.take_turns, args=(key_prefix, "deploy", ttl, 5.0, auto_renew, 5.0, seed))
+        warm.Process(target=workers.take_turns, args=(key_prefix, "deploy", ttl, 5.0, auto_renew, 5.0, seed))
         for seed, ttl in enumerate(ttls)
     ]
     try:
@@ -80,7 +78,7 @@ def test_a_permit_handed_over_lives_on_the_receivers_own_claim_not_the_releasers
     assert holder is not None
     # The waiter runs with a TTL of 5 s (its claim: 10 s) and a lease of 5 s, and holds 3 s: still inside
     # when this process looks, however late a loaded machine lets it look.
-    waiter = spawn.Process(target=workers.wait_then_enter, args=(key_prefix, "claims", 5.0, auto_renew, 5.0, 3.0))
+    waiter = warm.Process(target=workers.wait_then_enter, args=(key_prefix, "claims", 5.0, auto_renew, 5.0, 3.0))
     try:
         waiter.start()
         wait_until(lambda: sem.status().waiting == 1)
@@ -102,7 +100,7 @@ def test_a_waiter_stalled_past_its_claim_is_not_granted_while_another_holds(
     sem = make("stalled", lease=30)
     holder = sem.acquire(auto_renew=False)
     assert holder is not None
-    waiter = spawn.Process(target=workers.wait_then_enter, args=(key_prefix, "stalled", 30.0, auto_renew))
+    waiter = warm.Process(target=workers.wait_then_enter, args=(key_prefix, "stalled", 30.0, auto_renew))
     try:
         waiter.start()
         wait_until(lambda: sem.status().waiting == 1)
@@ -133,7 +131,7 @@ def test_a_waiter_starved_past_its_ttl_keeps_its_place_when_it_comes_back(
     sem = make("grace", lease=30)
     holder = sem.acquire(auto_renew=False)
     assert holder is not None
-    first = spawn.Process(target=workers.wait_then_enter, args=(key_prefix, "grace", 30.0, True))
+    first = warm.Process(target=workers.wait_then_enter, args=(key_prefix, "grace", 30.0, True))
     second: list[Attempt] = []
     try:
         first.start()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import multiprocessing
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -19,8 +18,7 @@ from django_semaphore.web.partition_keys import key_for
 
 from ..support import workers
 from ..support.polling import wait_until
-
-spawn = multiprocessing.get_context("spawn")
+from ..support.processes import warm
 
 
 @pytest.fixture(autouse=True)
@@ -271,7 +269,7 @@ def test_redis_down_follows_the_semaphores_on_error_on_the_asyncio_client_too(se
 
 @pytest.mark.processes
 def test_never_over_the_limit_across_processes(key_prefix: str, redis_client: redis.Redis) -> None:
-    processes = [spawn.Process(target=workers.call_guarded, args=(key_prefix, 2, 3.0, seed)) for seed in range(6)]
+    processes = [warm.Process(target=workers.call_guarded, args=(key_prefix, 2, 3.0, seed)) for seed in range(6)]
     try:
         for process in processes:
             process.start()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -35,12 +34,10 @@ from django_semaphore.core.semaphore import Semaphore
 from ..support import api_load
 from ..support.api_urls import SEMAPHORES, TOKENS
 from ..support.polling import wait_until
-from ..support.processes import run_to_the_end
+from ..support.processes import run_to_the_end, warm
 from ..support.uvicorn import ROOT, Uvicorn
 
 pytestmark = pytest.mark.processes
-
-spawn = multiprocessing.get_context("spawn")
 
 
 @pytest.fixture
@@ -143,7 +140,7 @@ def test_never_over_a_users_limit_under_contention_from_several_processes(
     subprocess.run([sys.executable, "-c", "import tests.support.api_asgi"], cwd=ROOT, env=environment, check=True)
     with Uvicorn("tests.support.api_asgi:application", env={**site_env, "API_SITE_READY": "1"}, workers=2) as server:
         clients = [
-            spawn.Process(target=api_load.overlap, args=(server.port, redis_server.url, key_prefix, 4.0, seed))
+            warm.Process(target=api_load.overlap, args=(server.port, redis_server.url, key_prefix, 4.0, seed))
             for seed in range(3)
         ]
         run_to_the_end(clients)

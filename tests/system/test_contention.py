@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 
 import pytest
@@ -16,10 +15,9 @@ from django_semaphore.testing import RedisServer
 
 from ..support import modes, workers
 from ..support.polling import wait_until
+from ..support.processes import warm
 
 pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
-
-spawn = multiprocessing.get_context("spawn")
 
 
 def _run(processes: list) -> None:
@@ -56,7 +54,7 @@ def test_never_over_the_limit_under_contention(
 ) -> None:
     skews = [0.0] * 8 if not skewed else [3600.0, -3600.0, 3600.0, -3600.0, 0.0, 0.0, 0.0, 0.0]
     processes = [
-        spawn.Process(target=workers.hammer, args=(key_prefix, 3, 3.0, skew, seed)) for seed, skew in enumerate(skews)
+        warm.Process(target=workers.hammer, args=(key_prefix, 3, 3.0, skew, seed)) for seed, skew in enumerate(skews)
     ]
     ran_before = app_way.runs(redis_client)
     _run(processes)
@@ -72,7 +70,7 @@ def test_never_over_the_limit_under_contention(
 
 def test_never_over_the_limit_when_not_fair(key_prefix: str, redis_client: redis.Redis, app_way: modes.Way) -> None:
     """Not fair, a release wakes the head of the line and a newcomer may take the permit first: still never over."""
-    processes = [spawn.Process(target=workers.hammer, args=(key_prefix, 1, 3.0, 0.0, seed, False)) for seed in range(8)]
+    processes = [warm.Process(target=workers.hammer, args=(key_prefix, 1, 3.0, 0.0, seed, False)) for seed in range(8)]
     _run(processes)
     entries, over = _counts(redis_client, key_prefix)
     assert all(p.exitcode == 0 for p in processes)
@@ -89,7 +87,7 @@ def test_killed_holder_permit_is_reclaimed_after_its_lease(
     # machine stalls the holder for 2 s (a lease of 1 s was lost to a 0.7 s stall under load).
     lease = 3.0
     sem = Semaphore(SemaphoreConfig.from_options("crashy", {"limit": 1, "lease": lease}))
-    holder = spawn.Process(target=workers.hold_forever, args=(key_prefix, "crashy", 1, lease, 0))
+    holder = warm.Process(target=workers.hold_forever, args=(key_prefix, "crashy", 1, lease, 0))
     try:
         holder.start()
         wait_until(lambda: sem.status().used == 1)
@@ -114,7 +112,7 @@ def test_dead_waiter_leaves_the_line_quickly(key_prefix: str) -> None:
     sem = Semaphore(SemaphoreConfig.from_options("line", {"limit": 1, "lease": 30}))
     holder = sem.acquire()
     assert holder is not None
-    doomed = spawn.Process(target=workers.hold_forever, args=(key_prefix, "line", 1, 30.0, 60.0))
+    doomed = warm.Process(target=workers.hold_forever, args=(key_prefix, "line", 1, 30.0, 60.0))
     try:
         doomed.start()
         wait_until(lambda: sem.status().waiting == 1)

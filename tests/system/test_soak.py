@@ -20,16 +20,16 @@ import pytest
 import redis
 
 from ..support import soak
+from ..support.processes import warm
 
 pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
 
-spawn = multiprocessing.get_context("spawn")
 PROCESSES = 24
 SKEWS = [3600.0, -3600.0, 0.0, 0.0]  # half the processes skewed by an hour
 
 
 def _start(prefix: str, index: int, remaining: float) -> multiprocessing.process.BaseProcess:
-    process = spawn.Process(
+    process = warm.Process(
         target=soak.run,
         args=(prefix, remaining, SKEWS[index % len(SKEWS)], random.randrange(1 << 30)),
         daemon=True,

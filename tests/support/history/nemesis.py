@@ -19,7 +19,6 @@ though the nemesis did nothing to it (a loaded machine).
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import random
 import shutil
@@ -40,11 +39,11 @@ from redis.retry import Retry
 from django_semaphore import Semaphore
 from django_semaphore.testing import RedisServer
 
+from ..processes import warm
 from . import trigger, worker
 from .plan import FAIR, LEASE, SEMAPHORES, SOCKET_TIMEOUT, WorkerPlan
 from .recorder import Recorder
 
-spawn = multiprocessing.get_context("spawn")
 # A server stall the line's rules absorb (under one waiter TTL), and one longer than a lease.
 SHORT = (0.2, 0.7)
 LONG = LEASE + 1.0
@@ -68,7 +67,7 @@ class Workers:
         self.crashed: list[int | None] = []
         self.started = 0
         # When the run ends (monotonic clock), shared with the processes: 0 until it begins.
-        self.go = spawn.Value("d", 0.0)
+        self.go = warm.Value("d", 0.0)
         for _ in range(count):
             self._start()
 
@@ -81,8 +80,8 @@ class Workers:
             fast_paths=self.started % 2 == 0,
             skew=3600.0 if self.started % 3 == 1 else 0.0,
         )
-        ready = spawn.Event()
-        process = spawn.Process(target=worker.run, args=(plan, ready, self.go), daemon=True)
+        ready = warm.Event()
+        process = warm.Process(target=worker.run, args=(plan, ready, self.go), daemon=True)
         process.start()
         self.running.append(process)
         self.ready.append(ready)
@@ -292,8 +291,8 @@ class HandOffs:
 
     def __init__(self, server: RedisServer, mutex: Semaphore) -> None:
         assert server.process is not None
-        self.ready, self.armed, self.fired = spawn.Event(), spawn.Event(), spawn.Event()
-        self.process = spawn.Process(
+        self.ready, self.armed, self.fired = warm.Event(), warm.Event(), warm.Event()
+        self.process = warm.Process(
             target=trigger.run,
             args=(server.url, mutex.keys.base, server.process.pid, self.ready, self.armed, self.fired),
             daemon=True,

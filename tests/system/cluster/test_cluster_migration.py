@@ -10,7 +10,6 @@ drains and grants again (no jam).
 
 from __future__ import annotations
 
-import multiprocessing
 import subprocess
 import threading
 import time
@@ -25,6 +24,7 @@ from django_semaphore.core.conf import SemaphoreConfig
 
 from ...support import modes, workers
 from ...support.polling import eventually
+from ...support.processes import warm
 from ...support.servers import (
     ServerCluster,
     cluster_cli,
@@ -36,7 +36,6 @@ from ...support.servers import (
 
 pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
 
-spawn = multiprocessing.get_context("spawn")
 PROCESSES = 6
 
 
@@ -60,7 +59,7 @@ def _load(
 ) -> list:
     port = cluster.nodes[0].port
     return [
-        spawn.Process(target=workers.contend_on_cluster, args=(prefix, port, name, limit, seconds, seed, credentials))
+        warm.Process(target=workers.contend_on_cluster, args=(prefix, port, name, limit, seconds, seed, credentials))
         for seed in range(PROCESSES)
     ]
 

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from typing import Any
 
 import pytest
@@ -23,12 +22,11 @@ from django_semaphore.core.conf import SemaphoreConfig
 
 from ...support import modes, stripe_workers
 from ...support.polling import eventually
+from ...support.processes import warm
 from ...support.servers import ServerCluster, slot_owner
 from ..cluster.test_cluster_migration import _run, _runs
 
 pytestmark = pytest.mark.processes  # starts real processes: CI runs it in one cell
-
-spawn = multiprocessing.get_context("spawn")
 
 
 @pytest.fixture
@@ -42,7 +40,7 @@ def _counts(redis_client: redis.Redis, prefix: str, *names: str) -> list[int]:
 
 
 def _processes(target: Any, count: int, *args: Any) -> list[Any]:
-    return [spawn.Process(target=target, args=(*args, seed)) for seed in range(count)]
+    return [warm.Process(target=target, args=(*args, seed)) for seed in range(count)]
 
 
 def _idle() -> None:
@@ -134,7 +132,7 @@ def test_refusals_at_a_steady_ninety_percent_load_stay_below_one_percent(
     port = cluster.nodes[0].port
     callers = [15, 14, 14, 14]
     load = [
-        spawn.Process(
+        warm.Process(
             target=stripe_workers.steady_load,
             args=(key_prefix, port, credentials, "steady", options, count, (0.005, 0.03), 5.0, seed),
         )
