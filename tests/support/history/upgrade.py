@@ -16,6 +16,7 @@ has ended and the permits it handed on have ended too.
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import time
 import uuid
@@ -31,10 +32,13 @@ from django_semaphore.testing import RedisServer, find_binary
 from .. import modes
 from . import worker
 from .checker import Verdict, check
-from .nemesis import LineWatcher, spawn
+from .nemesis import LineWatcher
 from .plan import FAIR, LEASE, LIMITS, TIMEOUTS, WAITER_TTL, WorkerPlan
 from .recorder import Recorder, most_inside, read_history
 
+# Fresh interpreters: each imports the version of the package its plan names (the suite's warm forkserver,
+# tests/support/processes.py, has imported this one already).
+spawn = multiprocessing.get_context("spawn")
 OLD = 3
 # Seconds a new process starts before the old one it replaces ends its turns.
 OVERLAP = 1.0

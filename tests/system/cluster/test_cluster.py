@@ -169,8 +169,9 @@ def test_an_acquire_the_cluster_client_sends_again_after_its_reply_was_lost_is_g
     status = asyncio.run(scenario())
     counters = status.counters
     assert len(lost) == 7
-    # A grant may still lapse unconfirmed if this process stalls past a hand-off's claim: counted `expired`.
-    assert counters["released"] == 7 and counters["acquired"] == 7 + counters["expired"], counters
+    # One grant per call: a second would be a permit of its own, held beside the first (used 2 while one is
+    # held, or one left held at the end); every release found its permit held (none refused).
+    assert counters["refused"] == 0, counters
     assert status.used == 0 and status.holder_count == 0 and status.waiting == 0, status
 
 
