@@ -31,6 +31,7 @@ from types import TracebackType
 
 import django
 from asgiref.sync import SyncToAsync
+from django.core.handlers.asgi import ASGIHandler
 from django.core.signals import got_request_exception
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
@@ -325,7 +326,7 @@ def hold_until_closed(
         response.streaming_content = _sent(response, hold)
     closers = response._resource_closers  # type: ignore[attr-defined]
     if not isinstance(closers, _Closers):
-        closers = response._resource_closers = _Closers(closers)  # type: ignore[attr-defined]
+        closers = response._resource_closers = _Closers(closers, response)  # type: ignore[attr-defined]
     closers.append(hold)
     _RequestHolds.of(request).holds.append(hold)
     weakref.finalize(response, hold.lost)
@@ -345,17 +346,23 @@ class _Closers(list[Callable[[], object]]):
     under Django 5.2 it is a task of the handler's own, which the error ends;
     under Django 6 it is the server's task for the request, in which the
     handler also closes the response, and which the server may end well
-    after catching the error.
+    after catching the error. Only Django's ASGI handler closes the response
+    in that task: a test client's (``AsyncClient``) hands a stream back to its
+    caller, who reads and closes it later, maybe in another task.
 
     A cache stores a plain list (of empty holds).
     """
 
-    __slots__ = ()
+    __slots__ = ("response",)
+
+    def __init__(self, closers: Iterable[Callable[[], object]], response: HttpResponseBase) -> None:
+        super().__init__(closers)
+        self.response = weakref.ref(response)  # the response holds its closers: a reference back would be a cycle
 
     def append(self, closer: Callable[[], object]) -> None:
         super().append(closer)
         if isinstance(closer, _RequestHolds):
-            closer.sent_by(_current_task())
+            closer.sent_by(_current_task(), self.response)
 
     def __reduce__(self) -> tuple[type[list[object]], tuple[list[object]]]:
         return (list, (list(self),))
@@ -388,11 +395,12 @@ class _RequestHolds:
       more. The request's ``close`` is this object from the first hold on.
     """
 
-    __slots__ = ("holds", "request")
+    __slots__ = ("holds", "request", "sent")
 
     def __init__(self, request: HttpRequest) -> None:
         self.holds: list[Hold] = []
         self.request = weakref.ref(request)  # a reference back would make the request a cycle
+        self.sent: weakref.ref[HttpResponseBase] | None = None  # the response a task sends (``sent_by``)
 
     @classmethod
     def of(cls, request: HttpRequest) -> _RequestHolds:
@@ -420,17 +428,24 @@ class _RequestHolds:
         for hold in self.holds:
             hold.lost()
 
-    def sent_by(self, task: asyncio.Task[object] | None) -> None:
-        """Under ASGI: ``task`` sends the response; ended by an error or a cancellation, it sends nothing more."""
+    def sent_by(self, task: asyncio.Task[object] | None, response: weakref.ref[HttpResponseBase]) -> None:
+        """Under ASGI: ``task`` sends ``response``; ended by an error or a cancellation, it sends nothing more."""
         if task is not None:
+            self.sent = response
             task.add_done_callback(self._sending_ended)
 
     def _sending_ended(self, task: asyncio.Task[object]) -> None:
         # Django 5.2's sending task ended well: its handler closes the response next, and the holds give the
-        # permits back then. Django 6 closes it in this task: whatever is still held was never closed.
-        if task.cancelled() or task.exception() is not None or _CLOSED_IN_THE_SENDING_TASK:
+        # permits back then. Django 6's ASGI handler closes it in this task: whatever is still held was never
+        # closed. A test client returns the response from this task instead, to be read and closed later.
+        if task.cancelled() or task.exception() is not None or self._closed_in_the_sending_task():
             for hold in self.holds:
                 hold.lost(request_over=True)
+
+    def _closed_in_the_sending_task(self) -> bool:
+        response = None if self.sent is None else self.sent()
+        handler = getattr(response, "_handler_class", None)  # set by the handler that sends it (and closes it)
+        return _CLOSED_IN_THE_SENDING_TASK and isinstance(handler, type) and issubclass(handler, ASGIHandler)
 
 
 # Django 6's ASGI handler sends the response and then closes it in one task, the one that runs ``handle``;

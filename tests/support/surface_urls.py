@@ -9,6 +9,7 @@ urlpatterns = [
     path("guarded-async/", views.guarded_async, name="guarded-async"),
     path("working/", views.working),
     path("working-async/", views.working_async),
+    path("working-async-with-a-deadline/", views.working_async_with_a_deadline),
     path("unblocked/", views.unblocked),
     path("raising/", views.raising),
     path("failing/", views.failing),

@@ -362,3 +362,14 @@ async def working_async(request: HttpRequest) -> HttpResponse:
         Work.abandoned.set()
         raise
     return HttpResponse(b"done")
+
+
+@semaphore("guarded")
+async def working_async_with_a_deadline(request: HttpRequest) -> HttpResponse:
+    """An async view that gives up on its sync work after a deadline and answers 504: the work runs on."""
+    try:
+        await asyncio.wait_for(sync_to_async(Work.run)(), timeout=0.5)
+    except asyncio.TimeoutError:
+        Work.abandoned.set()
+        return HttpResponse(b"too slow", status=504)
+    return HttpResponse(b"done")

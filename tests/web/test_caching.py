@@ -596,6 +596,32 @@ def test_under_a_real_uvicorn_a_response_django_cannot_send_gives_its_permit_bac
             wait_until(lambda: used() == 0, timeout=PROMPTLY)
 
 
+@pytest.mark.parametrize("path", ["/surface/streaming/", "/surface/streaming-async/"])
+def test_a_stream_the_async_client_fetched_in_a_task_of_its_own_keeps_its_permit_until_it_is_read(
+    settings, path: str
+) -> None:
+    """``asyncio.gather`` of ``AsyncClient`` requests, as a test of concurrency does: each runs in a task that
+    ends with the response in hand, its stream still to be read (and closed, by the client's wrapper). That
+    task is not a server's: under Django 6 too, the stream holds its permit until it has been read."""
+    declare(settings)
+
+    async def scenario() -> None:
+        client = AsyncClient()
+        (response,) = await asyncio.gather(client.get(path))
+        for _ in range(3):  # the task's done callbacks have run
+            await asyncio.sleep(0)
+        assert response.status_code == 200
+        assert not response.asgi_request.semaphore.released and used() == 1
+        content = response.streaming_content
+        if hasattr(content, "__aiter__"):
+            assert b"".join([part async for part in content]) == b"one two three"
+        else:
+            assert b"".join(content) == b"one two three"
+
+    asyncio.run(scenario())
+    wait_until(lambda: used() == 0, PROMPTLY)
+
+
 def test_the_request_is_still_closed_as_django_closes_it(settings, client: Client) -> None:
     """The guard hears the end of the request through its ``close()``, which closes the uploaded files."""
     declare(settings)

@@ -125,3 +125,49 @@ def test_a_sync_view_behind_the_middleware_whose_client_leaves_keeps_its_permit_
     settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "guarded", "path": "^/surface/working/$"}]
     _leave_while_it_works("/surface/working/", releases.heard)
     assert releases.running_then == [0]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a plain response's permit goes back on the loop when the view returns (web/holding.py afinish), "
+    "also while work the view gave up on still runs in the request's thread",
+)
+def test_an_async_view_that_gives_up_on_its_threads_work_keeps_its_permit_until_that_work_ends(
+    settings, releases: Releases
+) -> None:
+    """No client leaves: the view's own deadline (``asyncio.wait_for``) stops waiting for its sync work and it
+    answers 504, while the request's thread runs the work on. The permit stays with the work, as on a
+    cancellation (the 504 itself waits for that thread: Django's middleware mixin runs its response hooks
+    there)."""
+    declare(settings)
+    statuses: list[int] = []
+
+    async def serve() -> None:
+        body = [{"type": "http.request", "body": b"", "more_body": False}]
+        stay = asyncio.Event()  # the client never leaves
+
+        async def receive() -> dict[str, Any]:
+            if body:
+                return body.pop()
+            await stay.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        await ASGIHandler()(_scope("/surface/working-async-with-a-deadline/"), receive, send)
+
+    loop = asyncio.new_event_loop()
+    server = threading.Thread(target=loop.run_until_complete, args=(serve(),))
+    server.start()
+    try:
+        assert Work.abandoned.wait(10)
+        releases.heard.wait(CANCELLATION)
+    finally:
+        Work.may_end.set()
+        server.join(30)
+        loop.close()
+    assert not server.is_alive()
+    assert statuses == [504] and Work.abandoned.is_set()
+    assert releases.running_then == [0]
