@@ -68,7 +68,7 @@ def semaphore(
     async def guard_async(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         admission = await aadmit(request, guarded)
         # Everything after the grant is inside: whatever raises, the permit goes back.
-        async with AReleasedOnError(admission.arelease, admission.release):
+        async with AReleasedOnError(admission.arelease, lambda: admission.release(posted=True)):
             if admission.rejected and block:
                 return await arejected(request, admission)
             response = view(request, *args, **kwargs)

@@ -77,7 +77,7 @@ class SemaphoreMiddleware:
         if held and held[-1].rejected:
             await arelease_all(held)
             return await self._arejected(request, held)
-        async with AReleasedOnError(lambda: arelease_all(held), lambda: release_all(held)):
+        async with AReleasedOnError(lambda: arelease_all(held), lambda: release_all(held, posted=True)):
             response = await self.get_response(request)
             add_ratelimit_headers(response, held)
             return await afinish(request, response, held)

@@ -189,7 +189,7 @@ def _guarded_run(run: Function, is_async: bool) -> Function:
             held: list[Admission] = []
             setattr(request, _HELD, held)
             try:
-                async with AReleasedOnError(lambda: arelease_all(held), lambda: release_all(held)):
+                async with AReleasedOnError(lambda: arelease_all(held), lambda: release_all(held, posted=True)):
                     response = await run(request, *args, **kwargs)
                     # Retry-After on the API's answer; a refusal does no work: what it took goes back at once.
                     if answered_refusal(request, response, held):

@@ -76,7 +76,10 @@ class AReleasedOnError:
     likes. So on a cancellation ``release_in_thread`` (a sync release) runs
     in the request's own thread, after the work queued there
     (``_after_the_requests_thread``); with nothing running there, or none
-    given, ``release`` runs at once.
+    given, ``release`` runs at once. That release is posted (sent without
+    waiting for Redis's answer): with asgiref before 3.12 the event loop waits
+    for the request's thread as the request ends, and must not wait for a
+    hung Redis too.
     """
 
     __slots__ = ("release", "release_in_thread")

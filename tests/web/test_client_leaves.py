@@ -20,6 +20,7 @@ from django.core.handlers.asgi import ASGIHandler
 from django_semaphore import signals
 
 from ..support.guards import MIDDLEWARE, declare
+from ..support.polling import wait_until
 from ..support.views import Work
 
 # Closing a response sends request_finished, whose receiver looks at the database connection.
@@ -106,6 +107,8 @@ def _leave_while_it_works(path: str, heard: threading.Event) -> None:
         server.join(30)
         loop.close()
     assert not server.is_alive()
+    # Posted from the request's thread, the release is heard when its answer is read (the background reads it).
+    wait_until(lambda: heard.is_set(), timeout=10)
 
 
 def test_an_async_view_whose_client_leaves_keeps_its_permit_until_its_threads_work_ends(
@@ -169,5 +172,6 @@ def test_an_async_view_that_gives_up_on_its_threads_work_keeps_its_permit_until_
         server.join(30)
         loop.close()
     assert not server.is_alive()
+    wait_until(lambda: releases.heard.is_set(), timeout=10)
     assert statuses == [504] and Work.abandoned.is_set()
     assert releases.running_then == [0]
