@@ -14,9 +14,10 @@ import redis
 from django_semaphore.testing import RedisServer, find_binary
 
 from ..support.history import worker
-from ..support.history.nemesis import Unanswered, Workers, spawn
+from ..support.history.nemesis import Unanswered, Workers
 from ..support.history.plan import WorkerPlan
 from ..support.history.recorder import Recorder, read_history
+from ..support.processes import warm
 
 pytestmark = pytest.mark.processes  # stops a server of its own
 
@@ -56,8 +57,8 @@ def test_a_killed_worker_is_found_dead_though_a_child_it_forked_lives_on() -> No
     open: a join lasted until that child's end, so the death (and the end of its holders' holds) was recorded
     seconds after the kill, once the server had given their permits to others (a 60 s CI run)."""
     binary = find_binary()
-    pid, done = spawn.Value("i", 0), spawn.Event()
-    process = spawn.Process(target=worker.fork_a_child, args=(pid, done, CHILD_LIVES), daemon=True)
+    pid, done = warm.Value("i", 0), warm.Event()
+    process = warm.Process(target=worker.fork_a_child, args=(pid, done, CHILD_LIVES), daemon=True)
     with RedisServer(binary) as probe:
         recorder = Recorder(probe.url, "killed", process="nemesis")
         workers = Workers(recorder, WorkerPlan(probe.url, "killed", probe.url, "killed:"), 0, random.Random())
@@ -68,7 +69,7 @@ def test_a_killed_worker_is_found_dead_though_a_child_it_forked_lives_on() -> No
                 time.sleep(0.01)
             assert pid.value, "the child was not forked"
             workers.running.append(process)
-            workers.ready.append(spawn.Event())  # as for a worker set up (supervise drops it with the process)
+            workers.ready.append(warm.Event())  # as for a worker set up (supervise drops it with the process)
             workers.kill(process.pid)
             child_lived_on = not done.is_set()
             workers.supervise()
