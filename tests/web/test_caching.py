@@ -38,6 +38,7 @@ from django_semaphore import get_semaphore, signals
 from django_semaphore.testing import RedisServer
 
 from ..support import cache_views, views
+from ..support.asgi import http_scope
 from ..support.guards import MIDDLEWARE, declare, hold, used
 from ..support.polling import wait_until
 from ..support.recorded import recorded
@@ -443,23 +444,6 @@ def test_a_response_the_wsgi_server_refuses_gives_its_permit_back_at_once(settin
     wait_until(lambda: used() == 0, timeout=PROMPTLY)
 
 
-def _asgi_scope(path: str) -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
-
-
 async def _asgi(
     handler: ASGIHandler, path: str, headers: list[tuple[bytes, bytes]], refused: str | None = None
 ) -> list[dict[str, Any]]:
@@ -468,7 +452,7 @@ async def _asgi(
     ``refused``: the type of message the server's ``send`` raises for (as
     h11 does for a header name it will not send).
     """
-    scope = _asgi_scope(path)
+    scope = http_scope(path)
     scope["headers"] = [*scope["headers"], *headers]
     received = [{"type": "http.request", "body": b"", "more_body": False}]
     done = asyncio.Event()
@@ -522,7 +506,7 @@ def test_a_response_whose_client_leaves_while_it_is_sent_under_asgi_gives_its_pe
             else:
                 await forever.wait()  # a client that reads nothing more
 
-        await handler(_asgi_scope(path), receive, send)
+        await handler(http_scope(path), receive, send)
 
     asyncio.run(serve())
     wait_until(lambda: used() == 0, timeout=PROMPTLY)

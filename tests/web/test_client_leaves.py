@@ -19,6 +19,7 @@ from django.core.handlers.asgi import ASGIHandler
 
 from django_semaphore import signals
 
+from ..support.asgi import http_scope
 from ..support.guards import MIDDLEWARE, declare
 from ..support.polling import wait_until
 from ..support.views import Work
@@ -55,67 +56,57 @@ def releases() -> Iterator[Releases]:
         Work.may_end.set()
 
 
-def _scope(path: str) -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
-
-
-def _leave_while_it_works(path: str, heard: threading.Event) -> None:
-    """Serve ``path`` on an event loop of its own; the client leaves once the work has started, and the work
-    is let end only after a release that came with the cancellation has had time to be heard."""
-    left: list[asyncio.Event] = []
+def _served_while_it_works(path: str, releases: Releases, *, client_leaves: bool) -> list[int]:
+    """Serve ``path`` on an event loop of its own thread until the work is under way (started, when the client
+    leaves then; given up on by the view, when it stays), and let the work end only once a release that came
+    with that moment has had time to be heard. The statuses the server was sent."""
+    statuses: list[int] = []
+    gone: list[asyncio.Event] = []  # made on the server's loop, set from this thread
     ready = threading.Event()
 
     async def serve() -> None:
-        gone = asyncio.Event()
-        left.append(gone)
+        gone.append(asyncio.Event())
         ready.set()
         body = [{"type": "http.request", "body": b"", "more_body": False}]
 
         async def receive() -> dict[str, Any]:
             if body:
                 return body.pop()
-            await gone.wait()
+            await gone[0].wait()
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
-            pass
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
 
-        await ASGIHandler()(_scope(path), receive, send)
+        await ASGIHandler()(http_scope(path), receive, send)
 
     loop = asyncio.new_event_loop()
     server = threading.Thread(target=loop.run_until_complete, args=(serve(),))
     server.start()
     try:
-        assert ready.wait(10) and Work.started.wait(10)
-        loop.call_soon_threadsafe(left[0].set)
-        heard.wait(CANCELLATION)
+        assert ready.wait(10)
+        if client_leaves:
+            assert Work.started.wait(10)
+            loop.call_soon_threadsafe(gone[0].set)
+        else:
+            assert Work.abandoned.wait(10)
+        releases.heard.wait(CANCELLATION)
     finally:
         Work.may_end.set()
         server.join(30)
         loop.close()
     assert not server.is_alive()
     # Posted from the request's thread, the release is heard when its answer is read (the background reads it).
-    wait_until(lambda: heard.is_set(), timeout=10)
+    wait_until(releases.heard.is_set, timeout=10)
+    return statuses
 
 
 def test_an_async_view_whose_client_leaves_keeps_its_permit_until_its_threads_work_ends(
     settings, releases: Releases
 ) -> None:
     declare(settings)
-    _leave_while_it_works("/surface/working-async/", releases.heard)
+    _served_while_it_works("/surface/working-async/", releases, client_leaves=True)
     assert Work.abandoned.is_set()  # Django did cancel the view's await
     assert releases.running_then == [0]
 
@@ -126,7 +117,7 @@ def test_a_sync_view_behind_the_middleware_whose_client_leaves_keeps_its_permit_
     declare(settings)
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
     settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "guarded", "path": "^/surface/working/$"}]
-    _leave_while_it_works("/surface/working/", releases.heard)
+    _served_while_it_works("/surface/working/", releases, client_leaves=True)
     assert releases.running_then == [0]
 
 
@@ -143,35 +134,6 @@ def test_an_async_view_that_gives_up_on_its_threads_work_keeps_its_permit_until_
     cancellation (the 504 itself waits for that thread: Django's middleware mixin runs its response hooks
     there)."""
     declare(settings)
-    statuses: list[int] = []
-
-    async def serve() -> None:
-        body = [{"type": "http.request", "body": b"", "more_body": False}]
-        stay = asyncio.Event()  # the client never leaves
-
-        async def receive() -> dict[str, Any]:
-            if body:
-                return body.pop()
-            await stay.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                statuses.append(message["status"])
-
-        await ASGIHandler()(_scope("/surface/working-async-with-a-deadline/"), receive, send)
-
-    loop = asyncio.new_event_loop()
-    server = threading.Thread(target=loop.run_until_complete, args=(serve(),))
-    server.start()
-    try:
-        assert Work.abandoned.wait(10)
-        releases.heard.wait(CANCELLATION)
-    finally:
-        Work.may_end.set()
-        server.join(30)
-        loop.close()
-    assert not server.is_alive()
-    wait_until(lambda: releases.heard.is_set(), timeout=10)
+    statuses = _served_while_it_works("/surface/working-async-with-a-deadline/", releases, client_leaves=False)
     assert statuses == [504] and Work.abandoned.is_set()
     assert releases.running_then == [0]
