@@ -275,6 +275,30 @@ def test_an_excess_is_put_down_to_the_holders_inside_before_the_fault() -> None:
     assert verdict.stats["excused"] == 2 and verdict.stats["excuses needed"] == 1
 
 
+def rolled_back(*after: str) -> Made:
+    """``a`` in the snapshot, ``b`` and ``c`` granted after it (the rollback forgets them), then ``after``."""
+    made = Made().come_in("a", "fair", 10).add("snapshot", process="nemesis")
+    made.come_in("b", "fair", 11, process="2").come_in("c", "fair", 12, process="3")
+    made.add("fault", id="r", phase="start", what="rollback", forgets=True).add("fault", id="r", phase="down")
+    made.add("fault", id="r", phase="end")
+    for fence, call in enumerate(after, start=20):
+        made.come_in(call, "fair", fence, process=call)
+    made.add("lost", "fair", t="tok-b").leave("b", "fair", held=False, process="2")
+    made.add("lost", "fair", t="tok-c").leave("c", "fair", held=False, process="3")
+    return made.leave("a", "fair", held=True)
+
+
+def test_an_excess_after_a_rollback_is_put_down_to_the_grants_it_forgot() -> None:
+    # The snapshot kept a's grant: the server still counted it, so the two let in beside it took the places
+    # of b and c, whose grants it forgot. That a's release found it held is what a rollback does.
+    verdict = rolled_back("d", "e").verdict()
+    assert verdict.ok, verdict.report()
+    assert verdict.stats["excuses needed"] == 2
+    # One more than the grants it forgot: the server let in more than the limit beside a grant it counted.
+    (found,) = caught(rolled_back("d", "e", "f"), "stale holders released as held")
+    assert found.startswith("a (fair f10)")
+
+
 def test_a_rollback_that_repeats_a_fence_is_caught_even_where_the_overlap_is_excused() -> None:
     made = Made().come_in("a", "mutex", 10).leave("a", "mutex").come_in("b", "mutex", 11, process="2")
     made.fault("rollback", 0.2, stalls=False, forgets=True).come_in("c", "mutex", 11, process="3")

@@ -33,7 +33,9 @@ held, unless its lease was lost. The checks:
   gone within one lease of the fault's end, if its release never says it was
   still held, and if every caller who asked after the fault began and came in
   beside it has a higher fence (a resource keeping the highest fence it saw
-  refuses the stale holder).
+  refuses the stale holder). The excess is put down to the excused holders
+  whose grants the server may have forgotten, not to those a rollback's
+  snapshot kept (the server restarted with them, so it counted them).
 - **Fences** never repeat within a semaphore, and a call made after another
   call's entry gets a higher fence than that entry's (fences rise in the
   order grants are made, whatever the server forgot).
@@ -87,6 +89,10 @@ class Fault:
     # When the server was down (killed) for a fault that forgets: a call made later cannot hold a forgotten grant.
     down: int | None = None
     down_us: int = 0
+    # For a rollback, the event before the snapshot was saved: a grant entered before it is in the snapshot,
+    # so the server restarted from it still counts that grant (its holder keeps a place; others took the
+    # places of the grants it forgot).
+    kept_before: int | None = None
 
     @property
     def seconds(self) -> float:
@@ -97,6 +103,10 @@ class Fault:
 
     def overlaps(self, first: int, last: int) -> bool:
         return self.start < last and self.end > first
+
+    def kept(self, call: Call) -> bool:
+        """Whether the server restarted with ``call``'s grant (a rollback to a snapshot saved after it)."""
+        return self.kept_before is not None and call.entered is not None and call.entered < self.kept_before
 
     def overlaps_hold(self, call: Call, last: int) -> bool:
         """Whether this fault overlaps ``call``'s hold up to event ``last``: it began before that, and ended after
@@ -187,6 +197,7 @@ class History:
         current = {name: frozenset({limit}) for name, limit in self.limits.items()}
         ever = {name: {limit} for name, limit in self.limits.items()}
         by_process: dict[str, list[Call]] = defaultdict(list)
+        snapshot: int | None = None  # the last snapshot saved, for a rollback to start from
         for event in self.events:
             kind = event.kind
             if kind == "invoke":
@@ -217,8 +228,10 @@ class History:
                 self.releases[event["t"]].append(event)
             elif kind == "line":
                 self.lines.append(event)
+            elif kind == "snapshot":
+                snapshot = event.seq
             elif kind == "fault":
-                self._fault(event, open_faults, current, ever)
+                self._fault(event, open_faults, current, ever, snapshot)
                 if event["phase"] == "start" and event["what"] == "process-kill":
                     for process in event.get("processes") or []:
                         self._killed(kills, process, event)
@@ -242,6 +255,7 @@ class History:
         open_faults: dict[str, Fault],
         current: dict[str, frozenset[int]],
         ever: dict[str, set[int]],
+        snapshot: int | None,
     ) -> None:
         if event["phase"] == "start":
             processes = event.get("processes")
@@ -253,6 +267,7 @@ class History:
                 bool(event.get("forgets")),
                 bool(event.get("stalls")),
                 None if processes is None else frozenset(processes),
+                kept_before=snapshot if event["what"] == "rollback" else None,
             )
             open_faults[fault.id] = fault
             if fault.forgets:  # an override may be forgotten, or rolled back to any earlier value
@@ -436,8 +451,10 @@ def _judged(
             return new
     newest = max(present.values(), key=lambda call: call.fence)
     excess = sum(call.weight for call in present.values()) - history.allowed(newest)
-    # The excess is put down to the excused holders that came in first: those inside before the fault.
-    for call in sorted((c for c in present.values() if c.id not in counted), key=lambda c: c.entered or 0):
+    # The excess is put down to the excused holders whose grants the server may have forgotten (not those a
+    # rollback's snapshot kept: it counted them), those that came in first first: those inside before the fault.
+    excused = (c for c in present.values() if c.id not in counted)
+    for call in sorted(excused, key=lambda c: (c.excuse is not None and c.excuse.kept(c), c.entered or 0)):
         if excess <= 0:
             break
         call.needed = True

@@ -476,9 +476,9 @@ class Nemesis:
 
     def rollback(self) -> None:
         """Save a snapshot, let the run go on a while, then SIGKILL and start again from that snapshot."""
+        self.recorder.event("snapshot")  # before the save: a grant entered before this is in the snapshot
         self.admin.save()
         shutil.copy(Path(self.server.data_dir) / "dump.rdb", self.snapshot)
-        self.recorder.event("snapshot")
         self.rest(self.rng.uniform(1.0, 3.0))
         with self.fault("rollback", forgets=True) as fault:
             self.crash(fault)
