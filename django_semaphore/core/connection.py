@@ -487,7 +487,12 @@ class translated(OnExit):  # lower case: used as the function it was, ``with tra
         if kind is None:
             outage_log.answered()
             return
-        if not isinstance(error, RedisError) or not errors.is_outage(error):
+        if not isinstance(error, RedisError):
+            lost = error and errors.lost_mid_command(error)  # redis-py's asyncio I/O, a connection closed under it
+            if lost is None:
+                return  # a bug, raised as it is
+            error = lost
+        elif not errors.is_outage(error):
             return  # a bug (a wrong command, a script error), not the server's state: raised as it is
         name, partition = self.name, self.partition
         signals.emit(signals.semaphore_backend_error, name=name, partition=partition, error=error)

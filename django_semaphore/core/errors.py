@@ -221,6 +221,40 @@ _WRAPPED_CODE = re.compile(r": -?([A-Z]{2,})\b")
 _SCRIPT_FRAME = re.compile(r"^Error running script \(call to [^)]*\):(?: @?\w+: ?\d+:)* -?")
 
 
+# redis-py's asyncio I/O, where a task's command can meet a reader or writer that another task's disconnect
+# cleared under it (its Cluster client reconnecting after a connection error): an ``AttributeError`` or
+# ``TypeError`` of ``None`` (redis-py 8.1 and before; redis/redis-py#4287), which is a connection lost
+# mid-command, not a bug. Known by where it was raised: in one of these functions of these modules (or in
+# asyncio's transports below them), never in the code that builds a command.
+_ASYNC_IO_MODULES = ("/redis/asyncio/connection.py", "/redis/_parsers/")
+_ASYNC_IO_FUNCTIONS = frozenset(
+    {"send_packed_command", "_send_packed_command", "read_response", "read_from_socket", "_read_from_socket",
+     "_readline", "_read", "readline", "read", "can_read_destructive"}
+)  # fmt: skip
+_ASYNCIO = "/asyncio/"
+
+
+def lost_mid_command(error: BaseException) -> redis.exceptions.ConnectionError | None:
+    """``error`` as the ``ConnectionError`` it stands for, if redis-py's asyncio I/O met a connection closed
+    under a command in flight (see ``_ASYNC_IO_MODULES``); else None."""
+    if not isinstance(error, (AttributeError, TypeError)):
+        return None
+    trace, inside = error.__traceback__, False
+    while trace is not None:
+        code = trace.tb_frame.f_code
+        path = code.co_filename.replace("\\", "/")
+        if any(module in path for module in _ASYNC_IO_MODULES):
+            inside = code.co_name in _ASYNC_IO_FUNCTIONS
+        elif inside and _ASYNCIO not in path:
+            inside = False  # deeper than redis-py's I/O, in code of neither redis-py nor asyncio
+        trace = trace.tb_next
+    if not inside:
+        return None
+    lost = redis.exceptions.ConnectionError(f"Connection closed under the command ({type(error).__name__}: {error})")
+    lost.__cause__ = error
+    return lost
+
+
 def is_outage(error: BaseException) -> bool:
     """True when ``error`` says Redis cannot serve now (the policy applies), False for a bug."""
     if isinstance(error, (BackendUnavailable, *OUTAGE_ERRORS)):
