@@ -26,6 +26,7 @@ stores the response keeps a copy that holds nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
@@ -143,25 +144,39 @@ def requests_thread() -> Executor | None:
 async def after_the_requests_thread() -> None:
     """Return once the request's thread has run what was queued there so far (work a view gave up on included).
 
-    One hop through that thread (nothing else tells whether it is busy); none
-    when there is no such thread, or it has shut down (the request is over,
-    and its thread's work with it). A cancellation is not waited out: the
-    caller's cancellation path takes over.
+    One hop through that thread (nothing public tells whether it is busy);
+    none when there is no such thread, or it has shut down (the request is
+    over, and its thread's work with it). A cancellation is not waited out:
+    the caller's cancellation path takes over. Woken by the hop's callback,
+    not by awaiting it: a hop the executor cancels (shut down with
+    ``cancel_futures``) must not read as a cancellation of this task.
     """
     executor = requests_thread()
     if executor is None:
         return
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
     try:
-        done = executor.submit(_nothing)
+        hop = executor.submit(_nothing)
     except RuntimeError:
         return
-    # Waited on, not awaited: a hop an executor cancels (shut down with cancel_futures) must not read as a
-    # cancellation of this task.
-    await asyncio.wait([asyncio.wrap_future(done)])
+    hop.add_done_callback(lambda _: _wake(loop, woken))
+    await woken
 
 
 def _nothing() -> None:
     return None
+
+
+def _wake(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> None:
+    """On the request's thread: wake the waiting task."""
+    with contextlib.suppress(RuntimeError):  # its loop closed meanwhile: nobody waits any more
+        loop.call_soon_threadsafe(_set, woken)
+
+
+def _set(woken: asyncio.Future[None]) -> None:
+    if not woken.done():  # cancelled meanwhile
+        woken.set_result(None)
 
 
 def _after_the_requests_thread(release: Callable[[], object]) -> bool:

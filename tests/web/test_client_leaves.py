@@ -22,7 +22,7 @@ from django.core.handlers.asgi import ASGIHandler
 from django.test import Client, RequestFactory
 
 from django_semaphore import signals
-from django_semaphore.web.holding import requests_thread
+from django_semaphore.web.holding import after_the_requests_thread, requests_thread
 
 from ..support import views
 from ..support.asgi import http_scope
@@ -275,3 +275,27 @@ def test_the_thread_the_guard_waits_for_is_the_one_asgiref_runs_the_requests_syn
 
     theirs, ours = asyncio.run(scenario())
     assert ours == theirs
+
+
+def test_a_wait_whose_hop_the_executor_cancels_ends_without_cancelling_the_request() -> None:
+    """An executor shut down with ``cancel_futures`` while the guard's hop waits behind work drops that hop: the
+    guard goes on to give the permit back; the request is not cancelled."""
+
+    async def scenario() -> bool:
+        async with ThreadSensitiveContext():
+            may_go_on = threading.Event()
+            working = asyncio.ensure_future(sync_to_async(may_go_on.wait)())
+            await asyncio.sleep(0)
+            executor = requests_thread()
+            assert executor is not None
+            waiting = asyncio.ensure_future(after_the_requests_thread())
+            await asyncio.sleep(0.1)
+            executor.shutdown(wait=False, cancel_futures=True)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiting), timeout=10)
+            finally:
+                may_go_on.set()
+                await working
+            return waiting.cancelled()
+
+    assert asyncio.run(scenario()) is False
