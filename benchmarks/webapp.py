@@ -1,5 +1,6 @@
 """The web benchmark's site: one trivial view, bare, behind ``@semaphore``, behind a middleware rule,
-and wrapped by hand in a redis-py ``Lock`` acquire and release (the cost a guard is compared with).
+and wrapped by hand in a redis-py ``Lock`` acquire and release (the cost a guard is compared with); and an
+async one, bare and behind ``@semaphore`` (benchmarks/asgi_release.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ def locked(request: HttpRequest) -> HttpResponse:
         return bare(request)
 
 
+async def bare_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(b"ok", content_type="text/plain")
+
+
 urlpatterns = [
+    path("bare-async", bare_async),
+    path("decorated-async", semaphore("web")(bare_async)),
     path("bare", bare),
     path("decorated", semaphore("web")(bare)),
     path("locked", locked),

@@ -1,7 +1,7 @@
 """``@semaphore(name)``: at most ``limit`` requests run the view at once, site-wide.
 
-Works on sync and async function views (async ones use the asyncio client,
-no thread hop) and, through ``method_decorator``, on class-based views.
+Works on sync and async function views (async ones take their permit on the
+asyncio client) and, through ``method_decorator``, on class-based views.
 """
 
 from __future__ import annotations

@@ -5,11 +5,13 @@ closed it (``hold_until_closed``): the release is then sent without waiting
 for its answer (``Permit.post_release``), after the client has its response,
 and the worker goes on to its next request at once. A streaming response is sent while
 its content runs, so it holds its permits until then too. On the asyncio path
-a plain response is complete when the view returns (its release is awaited on
-the loop, with no thread hop; a stream, or a template response Django's
-handler renders after the view, keeps them until closed). Whatever
-raises on the way (a view, a key function, a signal receiver, a cancellation)
-gives back what was taken (``ReleasedOnError``).
+a plain response is complete when the view returns and the request's thread
+has ended the sync work the view handed it (``after_the_requests_thread``:
+work the view gave up on runs on); its release is then awaited on the loop. A
+stream, or a template response Django's handler renders after the view, keeps
+them until closed. Whatever raises on the way (a view, a key function, a
+signal receiver, a cancellation) gives back what was taken
+(``ReleasedOnError``), on the asyncio path also after the request's thread.
 
 A response can be lost after its view, never to be closed: a later
 middleware raised, a cache could not store it, the server refused it, a
@@ -24,13 +26,16 @@ stores the response keeps a copy that holds nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor
 from types import TracebackType
+from typing import cast
 
 import django
-from asgiref.sync import SyncToAsync
+from asgiref.sync import AsyncToSync, SyncToAsync
 from django.core.handlers.asgi import ASGIHandler
 from django.core.signals import got_request_exception
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
@@ -67,19 +72,20 @@ class ReleasedOnError(OnExit):
 class AReleasedOnError:
     """``ReleasedOnError`` for async code: ``release`` returns an awaitable.
 
-    A cancellation is the one error that may leave the guarded work
-    running: Django's ASGI handler cancels a request's handling when its
-    client leaves, and the event loop stops waiting for a sync view (or an
-    async view's ``sync_to_async`` call), whose thread runs on to its end.
-    Given back then, the permit would let the next request in beside that
-    work, and a client that leaves at once could start as much of it as it
-    likes. So on a cancellation ``release_in_thread`` (a sync release) runs
-    in the request's own thread, after the work queued there
-    (``_after_the_requests_thread``); with nothing running there, or none
-    given, ``release`` runs at once. That release is posted (sent without
-    waiting for Redis's answer): with asgiref before 3.12 the event loop waits
-    for the request's thread as the request ends, and must not wait for a
-    hung Redis too.
+    An async view can leave sync work running in the request's thread: the
+    event loop stops waiting for its ``sync_to_async`` call, whose thread runs
+    on to its end, when Django's ASGI handler cancels a request whose client
+    left, or when the view gives that work up itself (``asyncio.wait_for``)
+    and raises. Given back then, the permit would let the next request in
+    beside that work, and a client that leaves at once could start as much of
+    it as it likes. So an error's release waits for the work queued in that
+    thread (``after_the_requests_thread``). A cancellation cannot wait: on a
+    cancellation ``release_in_thread`` (a sync release) runs in the request's
+    own thread, after that work (``_after_the_requests_thread``); with nothing
+    running there, or none given, ``release`` runs at once. That release is
+    posted (sent without waiting for Redis's answer): with asgiref before 3.12
+    the event loop waits for the request's thread as the request ends, and
+    must not wait for a hung Redis too.
     """
 
     __slots__ = ("release", "release_in_thread")
@@ -98,25 +104,84 @@ class AReleasedOnError:
     ) -> None:
         if kind is None:
             return
-        later = self.release_in_thread
-        if later is not None and issubclass(kind, asyncio.CancelledError) and _after_the_requests_thread(later):
+        if not issubclass(kind, asyncio.CancelledError):
+            try:
+                await after_the_requests_thread()
+            except BaseException:  # cancelled while it waited: the work may still run
+                await self._cancelled()
+                raise
+            await self.release()
             return
-        await self.release()
+        await self._cancelled()
+
+    async def _cancelled(self) -> None:
+        """After the request's thread without waiting for it (``release_in_thread``); else ``release`` now."""
+        later = self.release_in_thread
+        if later is None or not _after_the_requests_thread(later):
+            await self.release()
+
+
+def requests_thread() -> Executor | None:
+    """The executor whose thread runs this request's thread-sensitive sync work; None outside one.
+
+    The one asgiref's ``sync_to_async`` (``thread_sensitive``, its default)
+    picks: under ``async_to_sync`` (an async view under WSGI, a sync view's
+    call into async code) the thread that called it, which waits meanwhile;
+    else, under Django's ASGI handler, the thread of the request's
+    ``ThreadSensitiveContext``, which runs a sync view, the middleware's sync
+    hooks and an async view's ``sync_to_async`` calls in turn. Both are
+    asgiref's own records (not public API, the same since asgiref 3.3); the
+    handler waits for that thread before the request ends. Work an async view
+    hands to another thread (``thread_sensitive=False``) is not waited for.
+    """
+    calling = getattr(AsyncToSync.executors, "current", None)
+    if calling is not None:
+        return cast(Executor, calling)
+    context = SyncToAsync.thread_sensitive_context.get(None)
+    return None if context is None else SyncToAsync.context_to_thread_executor.get(context)
+
+
+async def after_the_requests_thread() -> None:
+    """Return once the request's thread has run what was queued there so far (work a view gave up on included).
+
+    One hop through that thread (nothing public tells whether it is busy);
+    none when there is no such thread, or it has shut down (the request is
+    over, and its thread's work with it). A cancellation is not waited out:
+    the caller's cancellation path takes over. Woken by the hop's callback,
+    not by awaiting it: a hop the executor cancels (shut down with
+    ``cancel_futures``) must not read as a cancellation of this task.
+    """
+    executor = requests_thread()
+    if executor is None:
+        return
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+    try:
+        hop = executor.submit(_nothing)
+    except RuntimeError:
+        return
+    hop.add_done_callback(lambda _: _wake(loop, woken))
+    await woken
+
+
+def _nothing() -> None:
+    return None
+
+
+def _wake(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> None:
+    """On the request's thread: wake the waiting task."""
+    with contextlib.suppress(RuntimeError):  # its loop closed meanwhile: nobody waits any more
+        loop.call_soon_threadsafe(_set, woken)
+
+
+def _set(woken: asyncio.Future[None]) -> None:
+    if not woken.done():  # cancelled meanwhile
+        woken.set_result(None)
 
 
 def _after_the_requests_thread(release: Callable[[], object]) -> bool:
-    """Queue ``release`` behind the work of this request's thread; False if it has none to wait for.
-
-    Under Django's ASGI handler each request runs in a ``ThreadSensitiveContext``
-    of asgiref, whose one thread runs the request's sync code in turn: a
-    sync view, the ``sync_to_async`` calls of an async view (``thread_sensitive``,
-    their default). Its executor is asgiref's own (not public API, the same
-    since asgiref 3.3); the handler waits for it before the request ends. Work
-    an async view hands to another thread (``thread_sensitive=False``) is not
-    waited for.
-    """
-    context = SyncToAsync.thread_sensitive_context.get(None)
-    executor = None if context is None else SyncToAsync.context_to_thread_executor.get(context)
+    """Queue ``release`` behind the work of this request's thread (``requests_thread``); False if it has none."""
+    executor = requests_thread()
     if executor is None:
         return False
     try:
@@ -161,11 +226,14 @@ def finish(request: HttpRequest, response: HttpResponseBase, admissions: Sequenc
 async def afinish(
     request: HttpRequest, response: HttpResponseBase, admissions: Sequence[Admission]
 ) -> HttpResponseBase:
-    """Release now, on the loop; a stream, or a template response Django's handler has still to render
-    (its lazy queries are the view's work), is held until closed as on the sync path."""
+    """Release on the loop once the request's thread has ended the work the view gave it (work it gave up on,
+    too); a stream, or a template response Django's handler has still to render (its lazy queries are the
+    view's work), is held until closed as on the sync path (Django closes a response in the request's thread).
+    """
     _dressed(response, admissions)
     if getattr(response, "streaming", False) or _unrendered(response):
         return hold_until_closed(request, response, admissions)
+    await after_the_requests_thread()
     await arelease_all(admissions)
     return response
 

@@ -38,6 +38,7 @@ from django_semaphore.ninja import semaphore as ninja_semaphore
 from django_semaphore.rest_framework import SemaphoreThrottle
 
 from .api_declared import SCOPES, SEMAPHORES, TOKENS  # noqa: F401 - the tests import them from here too
+from .views import work_with_a_deadline
 from .workers import Referee
 
 # The key functions saw these request types (a test reads it).
@@ -342,6 +343,13 @@ def ninja_counted(request: HttpRequest) -> dict[str, Any]:
 async def ninja_async_counted(request: HttpRequest) -> dict[str, Any]:
     await sync_to_async(counted)(request, request.auth, 2)  # type: ignore[attr-defined]
     return {"user": request.auth.username}  # type: ignore[attr-defined]
+
+
+@api.get("/working-with-a-deadline", auth=None)
+@ninja_semaphore("guarded")
+async def ninja_working_with_a_deadline(request: HttpRequest) -> HttpResponse:
+    """Gives up on its sync work after a deadline and answers 504 (tests/web/test_client_leaves.py)."""
+    return await work_with_a_deadline()
 
 
 router = Router()

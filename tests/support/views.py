@@ -11,7 +11,7 @@ import io
 import threading
 import time
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.decorators import method_decorator
 from django.utils.html import format_html
@@ -364,12 +364,37 @@ async def working_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse(b"done")
 
 
-@semaphore("guarded")
-async def working_async_with_a_deadline(request: HttpRequest) -> HttpResponse:
-    """An async view that gives up on its sync work after a deadline and answers 504: the work runs on."""
+async def work_with_a_deadline(*, answers: bool = True) -> HttpResponse:
+    """Sync work handed to the request's thread, given up on after 0.5 s: the work runs on, and the view answers
+    504 (``answers``) or lets the timeout out (Django's 500)."""
     try:
         await asyncio.wait_for(sync_to_async(Work.run)(), timeout=0.5)
     except asyncio.TimeoutError:
         Work.abandoned.set()
+        if not answers:
+            raise
         return HttpResponse(b"too slow", status=504)
     return HttpResponse(b"done")
+
+
+@semaphore("guarded")
+async def working_async_with_a_deadline(request: HttpRequest) -> HttpResponse:
+    """An async view that gives up on its sync work after a deadline and answers 504: the work runs on."""
+    return await work_with_a_deadline()
+
+
+@semaphore("guarded")
+async def working_async_past_its_deadline(request: HttpRequest) -> HttpResponse:
+    """The same, letting the timeout out of the view: Django answers 500 while the work runs on."""
+    return await work_with_a_deadline(answers=False)
+
+
+async def working_async_with_a_deadline_by_rule(request: HttpRequest) -> HttpResponse:
+    """The same, not decorated: the middleware's rules guard it."""
+    return await work_with_a_deadline()
+
+
+def calls_a_guarded_async_view(request: HttpRequest) -> HttpResponse:
+    """A sync view (under ASGI, in the request's thread) that runs a guarded async view through
+    ``async_to_sync``: that thread waits for the view, whose guard must not wait for that thread."""
+    return async_to_sync(guarded_async)(request)

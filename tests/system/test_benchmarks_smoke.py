@@ -8,10 +8,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from benchmarks import adaptive, contended, expiry, handoff, otel, peers, room
+from benchmarks import adaptive, asgi_release, contended, expiry, handoff, otel, peers, room
 from benchmarks import settings as bench_settings
 from benchmarks.__main__ import Plan, run
 from benchmarks.runtime import Bench, fresh_redis
+from django_semaphore.web import holding
 
 TINY = Plan(0.05, 1, 2, 0.3, 1, 3, 0.05, 0.5, 0.1, 1.0, 2, 0.5, 1.0, 1.0, 10, cpu_calls=20)
 
@@ -65,6 +66,15 @@ def test_adaptive_compares_every_case_and_draws_the_chart(bench: Bench, tmp_path
     assert all(case["over_limit"] == 0 for case in figures["adaptive_cases"].values())
     assert figures["adaptive_cases"]["fixed K/2 = 4"]["settled_limit"] == 4
     assert svg.read_text().startswith("<svg") and svg.read_text().count("<polyline") == 2 * len(adaptive.CASES)
+
+
+@pytest.mark.django_db  # Django's ASGI handler's request signals look at the database connection
+def test_asgi_release_times_the_guard_with_and_without_its_wait_for_the_requests_thread(bench: Bench) -> None:
+    waits = holding.after_the_requests_thread
+    figures = asgi_release.run(bench, rounds=1, requests=3)
+    assert figures["asgi_bare_us"] > 0
+    assert {"asgi_guard_added_us", "asgi_wait_for_the_thread_us", "asgi_wait_for_the_thread_cpu_us"} <= set(figures)
+    assert holding.after_the_requests_thread is waits  # the run puts the wait back
 
 
 def test_harness_returns_one_json_object(redis_server, settings) -> None:
