@@ -27,6 +27,7 @@ from django_semaphore.testing import RedisServer, find_binary
 from ..conftest import OWN_SERVER_TIMEOUTS
 from ..support import modes, shell
 from ..support.guards import declare
+from ..support.polling import answered
 
 pytestmark = pytest.mark.processes  # every test starts servers of its own
 
@@ -40,7 +41,9 @@ def exercise() -> None:
     sem = get_semaphore("single")
     first = sem.acquire(auto_renew=False)
     assert first is not None
-    assert sem.acquire(wait=0.05) is None  # waits in line (BLPOP), then leaves it (cancel)
+    # Waits in line (BLPOP), then leaves it (cancel), all within the wait and 0.2 s more: asked again where a
+    # loaded machine took longer (an outage to the engine, and no part of the point here).
+    assert answered(lambda: sem.acquire(wait=0.05)) is None
     assert first.renew() is True
     assert sem.status().used == 1
     assert sem.add_permits(1) == 2
