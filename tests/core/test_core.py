@@ -22,7 +22,7 @@ from django_semaphore.core.connection import get_client
 from django_semaphore.testing import RedisServer, find_binary
 
 from ..support import modes
-from ..support.polling import wait_until
+from ..support.polling import answered, wait_until
 from ..support.raw import release_token, renew_token
 
 
@@ -366,11 +366,12 @@ def test_wait_times_out_and_leaves_the_line() -> None:
     sem = make(1)
     assert sem.acquire()
     started = time.monotonic()
-    attempt = sem.attempt(wait=0.3)
+    # The wait, and 0.2 s more to leave the line: asked again where a loaded machine took longer (an outage to
+    # the engine, whose clean-up the background thread retries; no part of the point here).
+    attempt = answered(lambda: sem.attempt(wait=0.3))
     assert attempt.permit is None
     assert time.monotonic() - started >= 0.25
-    status = sem.status()
-    assert status.waiting == 0
+    wait_until(lambda: sem.status().waiting == 0, timeout=10)
 
 
 def test_release_wakes_the_waiter_by_push_not_by_timer(settings) -> None:
