@@ -23,27 +23,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .runtime import Bench, fresh_redis, setup_django
+from .runtime import Bench, fresh_redis, http_scope, setup_django
 
 CONCURRENCY = 16
 CASES = ("bare", "guarded", "released_at_once")
-
-
-def _scope(path: str) -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"bench")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("bench", 80),
-    }
 
 
 def _served(handler: Callable[..., Awaitable[None]], path: str) -> Callable[[], Awaitable[None]]:
@@ -63,7 +46,7 @@ def _served(handler: Callable[..., Awaitable[None]], path: str) -> Callable[[], 
             if message["type"] == "http.response.start":
                 statuses.append(message["status"])
 
-        await handler(_scope(path), receive, send)
+        await handler(http_scope(path, "bench"), receive, send)
         if statuses != [200]:
             raise RuntimeError(f"{path} answered {statuses}")
 

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -67,6 +68,25 @@ def fresh_redis() -> Iterator[Bench]:
             else:
                 os.environ[name] = value
         pointed.disable()
+
+
+def http_scope(path: str, host: str = "testserver") -> dict[str, Any]:
+    """What an ASGI server hands Django's ``ASGIHandler`` for a plain GET to ``path``: for code (a benchmark, the
+    tests) that drives the handler by hand, in process."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", host.encode())],
+        "client": ("127.0.0.1", 50000),
+        "server": (host, 80),
+    }
 
 
 def now_ns() -> int:

@@ -34,11 +34,11 @@ from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.wsgi import WSGIHandler
 from django.test import AsyncClient, Client, RequestFactory
 
+from benchmarks.runtime import http_scope
 from django_semaphore import get_semaphore, signals
 from django_semaphore.testing import RedisServer
 
 from ..support import cache_views, views
-from ..support.asgi import http_scope
 from ..support.guards import MIDDLEWARE, declare, hold, used
 from ..support.polling import wait_until
 from ..support.recorded import recorded

@@ -21,11 +21,11 @@ from asgiref.sync import SyncToAsync, ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 from django.test import Client, RequestFactory
 
+from benchmarks.runtime import http_scope
 from django_semaphore import signals
 from django_semaphore.web.holding import after_the_requests_thread, requests_thread
 
 from ..support import views
-from ..support.asgi import http_scope
 from ..support.guards import MIDDLEWARE, declare, used
 from ..support.polling import wait_until
 from ..support.views import Work
@@ -129,6 +129,13 @@ def test_a_sync_view_behind_the_middleware_whose_client_leaves_keeps_its_permit_
     assert releases.running_then == [0]
 
 
+def _given_up_and_answered(path: str, releases: Releases, status: int) -> None:
+    """``path``'s view gives its work up and answers ``status``, no client leaving: released with 0 runs going on."""
+    statuses = _served_while_it_works(path, releases)
+    assert statuses == [status] and Work.abandoned.is_set()
+    assert releases.running_then == [0]
+
+
 def test_an_async_view_that_gives_up_on_its_threads_work_keeps_its_permit_until_that_work_ends(
     settings, releases: Releases
 ) -> None:
@@ -136,9 +143,7 @@ def test_an_async_view_that_gives_up_on_its_threads_work_keeps_its_permit_until_
     answers 504, while the request's thread runs the work on. The permit stays with the work, as on a
     cancellation."""
     declare(settings)
-    statuses = _served_while_it_works("/surface/working-async-with-a-deadline/", releases)
-    assert statuses == [504] and Work.abandoned.is_set()
-    assert releases.running_then == [0]
+    _given_up_and_answered("/surface/working-async-with-a-deadline/", releases, 504)
 
 
 def test_an_async_view_that_lets_its_deadline_out_keeps_its_permit_until_the_work_ends(
@@ -146,9 +151,7 @@ def test_an_async_view_that_lets_its_deadline_out_keeps_its_permit_until_the_wor
 ) -> None:
     """The view lets the timeout out (Django answers 500): the guard's way out on an error waits as well."""
     declare(settings)
-    statuses = _served_while_it_works("/surface/working-async-past-its-deadline/", releases)
-    assert statuses == [500] and Work.abandoned.is_set()
-    assert releases.running_then == [0]
+    _given_up_and_answered("/surface/working-async-past-its-deadline/", releases, 500)
 
 
 def test_an_async_view_behind_the_middleware_that_gives_up_keeps_its_permit_until_the_work_ends(
@@ -158,17 +161,13 @@ def test_an_async_view_behind_the_middleware_that_gives_up_keeps_its_permit_unti
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, MIDDLEWARE]
     path = "/surface/working-async-with-a-deadline-by-rule/"
     settings.SEMAPHORE_MIDDLEWARE_RULES = [{"semaphore": "guarded", "path": f"^{path}$"}]
-    statuses = _served_while_it_works(path, releases)
-    assert statuses == [504] and Work.abandoned.is_set()
-    assert releases.running_then == [0]
+    _given_up_and_answered(path, releases, 504)
 
 
 def test_a_ninja_operation_that_gives_up_keeps_its_permit_until_the_work_ends(settings, releases: Releases) -> None:
     declare(settings)
     settings.ROOT_URLCONF = "tests.support.api_urls"
-    statuses = _served_while_it_works("/ninja/working-with-a-deadline", releases)
-    assert statuses == [504] and Work.abandoned.is_set()
-    assert releases.running_then == [0]
+    _given_up_and_answered("/ninja/working-with-a-deadline", releases, 504)
 
 
 def test_an_async_view_that_gave_up_and_whose_client_then_leaves_keeps_its_permit_until_the_work_ends(
