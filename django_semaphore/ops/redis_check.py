@@ -23,6 +23,7 @@ READONLY, MISCONF...) what to do about that, and nothing about ACLs.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +44,7 @@ PROBE_NAME = "deploy-check"
 # Short enough that the probe's keys are gone within seconds, long enough for the probe itself.
 PROBE_SECONDS = 2.0
 PROBE_WAIT = 0.05
+PROBE_PATIENCE = 3.0
 SCRIPT_COMMANDS = ", ".join(command.upper() for command in HARMLESS)
 # What to do about a refusal that is the server's state, not an ACL, by its code.
 STATE_HINTS = {
@@ -121,16 +123,18 @@ def _steps(sem: Semaphore) -> list[tuple[str, Callable[[], object]]]:
         held.append(sem.acquire(auto_renew=False))
 
     def wait() -> None:  # full: waits in line (BLPOP), then leaves it
-        # Asked again, once, where the first answered too late: its bound is the wait and 0.2 s, which opening
-        # the connection it waits on (a TLS handshake on a loaded machine) may outrun. Slow for a moment is not
-        # unreachable, and E015 would send the operator after an outage that is not there; a server that is
-        # down, refuses, or answers that late every time still fails.
-        try:
-            sem.acquire(wait=PROBE_WAIT)
-        except BackendUnavailable as exc:
-            if not isinstance(exc.__cause__, redis.exceptions.TimeoutError):
-                raise
-            sem.acquire(wait=PROBE_WAIT)
+        # Asked again where it answered too late, for PROBE_PATIENCE: its bound is the wait and 0.2 s, which
+        # opening the connection it waits on (a TLS handshake on a loaded machine) may outrun. Slow for a moment
+        # is not unreachable, and E015 would send the operator after an outage that is not there; a server that
+        # is down, refuses, or answers that late every time still fails.
+        patience = time.monotonic() + PROBE_PATIENCE
+        while True:
+            try:
+                sem.acquire(wait=PROBE_WAIT)
+                return
+            except BackendUnavailable as exc:
+                if not isinstance(exc.__cause__, redis.exceptions.TimeoutError) or time.monotonic() > patience:
+                    raise
 
     return [
         ("acquire", acquire),
