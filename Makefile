@@ -26,7 +26,7 @@ load: $(STAMP)
 # tests share a fixture stays on one worker (pyproject.toml's addopts, tests/conftest.py).
 # TEST_WORKERS=0 runs the suite in this one process. Bytecode is cached (__pycache__, ignored by git) even where
 # PYTHONDONTWRITEBYTECODE is set: else every worker rewrites and compiles each test module again (7 CPU-s).
-TEST_WORKERS ?= 6
+TEST_WORKERS ?= 8
 test: $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 

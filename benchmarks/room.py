@@ -262,13 +262,15 @@ def _ratios(launch: _Launch, only_first: bool) -> tuple[list[float], int]:
     return ratios, unknown
 
 
-def launch(bench: Bench, idle: float = 600.0, quiet: float = 240.0, burst: int = BURST_SIZE) -> dict[str, Any]:
+def launch(
+    bench: Bench, idle: float = 600.0, quiet: float = 240.0, burst: int = BURST_SIZE, busy: float = 60.0
+) -> dict[str, Any]:
     """Replay two launches at once: the median ETA-shown / real-remaining ratios, over all answers and first ones.
 
     "idle": a warm-up of 2 x the limit (so visits end and the room knows a
     visit's length), ``idle`` seconds of nothing, then ``burst`` visitors
-    in BURST_SPREAD_S. "busy": a line for a minute, arrivals stop
-    ``quiet`` seconds before the same burst. Targets: 0.67-1.5 over every
+    in BURST_SPREAD_S. "busy": a line for ``busy`` seconds (six
+    times the limit a minute), arrivals stop ``quiet`` seconds before the same burst. Targets: 0.67-1.5 over every
     answer, 0.5-2 for each visitor's first answer.
     """
     import random
@@ -279,10 +281,10 @@ def launch(bench: Bench, idle: float = 600.0, quiet: float = 240.0, burst: int =
     rng = random.Random(31)
     warm_up = 10.0
     burst_at = warm_up + idle
-    busy_from = max(burst_at - quiet - 60.0, 0.0)
+    busy_from = max(burst_at - quiet - busy, 0.0)
     burst_times = sorted(burst_at + rng.uniform(0, BURST_SPREAD_S) for _ in range(burst))
     idle_room = _Launch("launch-idle", sorted(rng.uniform(0, warm_up) for _ in range(2 * LAUNCH_LIMIT)) + burst_times)
-    busy_arrivals = [busy_from + i * 60.0 / (6 * LAUNCH_LIMIT) for i in range(6 * LAUNCH_LIMIT)]
+    busy_arrivals = [busy_from + i * 60.0 / (6 * LAUNCH_LIMIT) for i in range(round(6 * LAUNCH_LIMIT * busy / 60.0))]
     busy_room = _Launch("launch-busy", busy_arrivals + burst_times)
     with override_settings(SEMAPHORES={"launch-idle": spec, "launch-busy": spec}):
         _replay([idle_room, busy_room])

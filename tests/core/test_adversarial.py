@@ -66,6 +66,7 @@ def release_error(sem: Semaphore, token: str) -> str | None:
 # -- 1. Lua's unpack limit: > ~8,000 lapsed waiters jam every script for good ------------------
 
 
+@pytest.mark.slow
 def test_thousands_of_waiters_lapsing_together_jam_nothing(settings) -> None:
     """8,100 waiters whose heartbeats lapse together (their processes killed by a deploy, or the
     server paused for longer than SEMAPHORE_WAITER_TTL): read_line's ZMSCORE unpack(stale) fails,

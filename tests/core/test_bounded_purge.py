@@ -69,6 +69,7 @@ def age(admin: redis.Redis, key: str, tokens: list[str]) -> None:
         admin.zadd(key, dict.fromkeys(tokens[first : first + 5000], 1), xx=True)
 
 
+@pytest.mark.slow
 def test_a_hundred_thousand_places_lapsed_at_once_are_purged_a_batch_per_call_and_positions_stay_exact(
     settings, admin: redis.Redis
 ) -> None:

@@ -227,6 +227,7 @@ def commands_run(server: redis.Redis, action: Callable[[], None]) -> dict[str, i
     return {name.removeprefix("cmdstat_"): int(stat["calls"]) for name, stat in stats.items() if name not in measuring}
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_dashboard_and_status_read_the_same_whatever_the_number_of_keys(
     own_server: RedisServer, settings, monkeypatch: pytest.MonkeyPatch

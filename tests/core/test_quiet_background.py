@@ -126,6 +126,7 @@ def stopped_looking(caplog: pytest.LogCaptureFixture) -> bool:
     return any("so it stops looking" in message for message in outage_records(caplog))
 
 
+@pytest.mark.slow
 def test_a_refused_process_stops_calling_redis_once_nothing_is_left_to_mend(
     app: None, admin: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -157,6 +158,7 @@ def test_a_refused_process_stops_calling_redis_once_nothing_is_left_to_mend(
     assert tally.pending()["attempts"]  # the counts wait for a call that Redis answers, not a timer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("refused", [False, True], ids=["answering", "refused"])
 def test_an_idle_process_never_reloads_the_library_an_operator_flushed(
     app: None, admin: redis.Redis, settings: Any, caplog: pytest.LogCaptureFixture, refused: bool

@@ -163,6 +163,7 @@ def slow_timer_server(settings):  # type: ignore[no-untyped-def]
         yield server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wait", [0.05, 0.1, 0.3])
 def test_a_wait_ends_on_time_whatever_the_servers_timer(slow_timer_server: RedisServer, wait: float) -> None:
     sem = make("punctual", lease=30)

@@ -133,6 +133,7 @@ def test_one_client_address_holds_client_places_at_most_in_line_and_inside(setti
     assert page.status_code == 429 and b"Too many places from your network" in page.content
 
 
+@pytest.mark.slow
 def test_one_client_address_takes_client_tickets_per_minute_new_places_at_most(settings) -> None:
     declare(settings, limit=100, client_places=None, client_tickets_per_minute=5)
     answers = [browser(ATTACKER).get("/room/", **JSON) for _ in range(6)]  # cookieless: a new ticket each

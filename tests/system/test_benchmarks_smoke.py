@@ -59,6 +59,7 @@ def test_expiry_reports_how_late_after_the_lease_end_on_the_servers_clock(bench:
     assert figures["expiry_handoff_max_ms"] >= figures["expiry_handoff_p50_ms"] >= 0  # never before the lease ended
 
 
+@pytest.mark.slow  # six runs in real time: handed out with the long tests
 def test_adaptive_compares_every_case_and_draws_the_chart(bench: Bench, tmp_path) -> None:
     svg = tmp_path / "adaptive.svg"
     figures = adaptive.run(bench, seconds=1.0, svg=str(svg), processes=1)  # the six runs' clients in one process
@@ -112,8 +113,9 @@ def test_otel_reports_each_states_cpu_and_restores_the_listeners(bench: Bench) -
     assert tally.listeners == before and otel.lines(figures)
 
 
+@pytest.mark.slow  # a replay in real time: handed out with the long tests, not left for the end of the run
 def test_room_replays_a_launch_and_reports_the_eta_ratios(bench: Bench) -> None:
-    figures = room.launch(bench, idle=2.0, quiet=2.0, burst=30)
+    figures = room.launch(bench, idle=2.0, quiet=2.0, burst=30, busy=10.0)
     assert figures["room_launch_idle_let_in"] == figures["room_launch_busy_let_in"] == 30
     assert figures["room_launch_eta_ratio"] > 0 and figures["room_launch_first_eta_ratio"] > 0
 

@@ -444,6 +444,7 @@ def test_the_launch_is_behind_a_waiting_room_and_buying_lets_the_next_in() -> No
     assert visitors[-1].get("/launch/").status_code == 200  # let in when the purchase ended that visit
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_load_generator_fills_the_launchs_line_and_its_visitors_get_in_and_buy(live_server: Any) -> None:
     from example_project import loadgen

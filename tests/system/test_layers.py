@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import pkgutil
 import subprocess
 import sys
@@ -135,7 +136,10 @@ def imported(name: str) -> set[str]:
     return found
 
 
-GRAPH = {name: imported(name) for name in MODULES}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Who imports whom in the package: parsed once, when a test asks (not at collection, in every worker)."""
+    return {name: imported(name) for name in MODULES}
 
 
 def room(name: str) -> str:
@@ -150,13 +154,13 @@ def test_the_rooms_exist_and_hold_the_engine_the_request_path_and_operations() -
         "django_semaphore.web.admission",
         "django_semaphore.ops.overview",
     } <= set(MODULES)
-    assert any(room(name) == "faces" for name in GRAPH["django_semaphore.decorators"]) is False
+    assert any(room(name) == "faces" for name in graph()["django_semaphore.decorators"]) is False
 
 
 def test_each_room_imports_only_in_its_direction() -> None:
     wrong = [
         f"{name} -> {target}"
-        for name, targets in GRAPH.items()
+        for name, targets in graph().items()
         if room(name) in ROOMS
         for target in targets
         if room(target) != room(name) and room(target) not in MAY_IMPORT[room(name)]
@@ -167,7 +171,7 @@ def test_each_room_imports_only_in_its_direction() -> None:
 def test_the_operator_faces_take_from_the_request_path_only_what_they_must() -> None:
     taken = {
         target
-        for name, targets in GRAPH.items()
+        for name, targets in graph().items()
         if name.split(".")[1:2] and name.split(".")[1] in OPERATOR_FACES
         for target in targets
         if room(target) == "web"
@@ -176,7 +180,7 @@ def test_the_operator_faces_take_from_the_request_path_only_what_they_must() -> 
 
 
 def test_the_engine_imports_nothing_of_the_package_outside_it() -> None:
-    outside = {target for name, targets in GRAPH.items() if room(name) == "core" for target in targets}
+    outside = {target for name, targets in graph().items() if room(name) == "core" for target in targets}
     assert {target for target in outside if room(target) != "core"} == set()
 
 
@@ -223,7 +227,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_module_imports_itself_back_not_even_for_types() -> None:
-    assert cycles(GRAPH) == []
+    assert cycles(graph()) == []
 
 
 def test_the_cycle_finder_finds_a_type_only_cycle() -> None:
