@@ -173,21 +173,36 @@ def test_a_hand_off_that_lapses_while_the_waiter_is_frozen_is_counted_and_the_wa
                 seconds, micros = get_client().time()
         return handover
 
-    async def scenario() -> SemaphoreStatus:
-        sem = make(1, lease=60)
+    def lapsing(name: str) -> Semaphore:
+        return Semaphore(SemaphoreConfig.from_options(name, {"limit": 1, "lease": 60}))
+
+    async def scenario(name: str) -> SemaphoreStatus | None:
+        """The status after the scenario; None where the grant did not come as a hand-off note this time."""
+        sem = lapsing(name)
         holder = await sem.aacquire()
         assert holder is not None
-        waiter = asyncio.create_task(make(1, lease=60).aacquire(wait=10))
+        waiter = asyncio.create_task(lapsing(name).aacquire(wait=10))
         while (await sem.astatus()).waiting < 1:
             await asyncio.sleep(0.01)
         monkeypatch.setattr(Handover, "parse", classmethod(frozen_as_the_grant_is_read))
         await holder.arelease()  # handed to the waiter, which freezes past its claim
         permit = await waiter
-        assert frozen and permit is not None and permit.fence > frozen[0].fence  # a grant of its own, later
+        monkeypatch.undo()
+        assert permit is not None
+        if not frozen:
+            # The waiter asked again (its wait's heartbeat) before it read the note, and its acquire's own
+            # reply carried the grant: a loaded machine's timing, not the case this test is about.
+            assert await permit.arelease() is True
+            return None
+        assert permit.fence > frozen[0].fence  # a grant of its own, later
         assert await permit.arelease() is True
         return await sem.astatus()
 
-    status = run(scenario())
+    for attempt in range(3):
+        status = run(scenario(f"lapsing-{attempt}"))
+        if status is not None:
+            break
+    assert status is not None, "the grant never came as a hand-off note in three tries"
     counters = status.counters
     assert counters["expired"] == 1, counters  # the lapsed grant
     assert counters["lost"] + counters["refused"] == 1  # the waiter's confirmation, which found its grant gone

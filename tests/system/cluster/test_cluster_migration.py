@@ -75,11 +75,11 @@ def _runs(way: modes.Way, cluster: ServerCluster) -> tuple[int, int]:
     return totals[0], totals[1]
 
 
-def _run(processes: list, during: Callable[[], None], entered: Callable[[], int]) -> None:
+def _run(processes: list, during: Callable[[], None], entered: Callable[[], int] | None = None) -> None:
     """Run the load, and ``during`` it the cluster change; the change's own failure fails the test.
 
-    The change starts once the load has let someone in (``entered``), not when the processes are started: a
-    loaded machine once took most of their 5 s to start them, and the change met almost no load.
+    Given ``entered``, the change starts once the load has let someone in, not when the processes are
+    started: a loaded machine once took most of their 5 s to start them, and the change met almost no load.
     """
     failures: list[BaseException] = []
 
@@ -93,7 +93,8 @@ def _run(processes: list, during: Callable[[], None], entered: Callable[[], int]
     try:
         for process in processes:
             process.start()
-        eventually(lambda: entered() > 0, timeout=60)
+        if entered is not None:
+            eventually(lambda: entered() > 0, timeout=60)
         thread.start()
         thread.join(120)
         for process in processes:
