@@ -118,7 +118,9 @@ def upgrade_run(way: modes.Way, settings: Any, prefix: str, seconds: float, old_
             arrivals = [started + step * (index + 1) - OVERLAP for index in range(OLD)]
             during, looks, after = 0, 0, []
             settled: float | None = None
-            while time.monotonic() < end - 0.5:
+            # And on past the end until the layout was looked for once after the old processes (beside `make
+            # bench` the last of them ended too late for a look before the end): at most a minute more.
+            while time.monotonic() < end - 0.5 or (looks == 0 and time.monotonic() < end + 60):
                 if arrivals and time.monotonic() >= arrivals[0]:
                     arrivals.pop(0)
                     new[OLD - 1 - len(arrivals)][2].value = end
