@@ -269,9 +269,9 @@ def launch(
 
     "idle": a warm-up of 2 x the limit (so visits end and the room knows a
     visit's length), ``idle`` seconds of nothing, then ``burst`` visitors
-    in BURST_SPREAD_S. "busy": a line for ``busy`` seconds (six
-    times the limit a minute), arrivals stop ``quiet`` seconds before the same burst. Targets: 0.67-1.5 over every
-    answer, 0.5-2 for each visitor's first answer.
+    in BURST_SPREAD_S. "busy": a line for ``busy`` seconds (six times the
+    limit a minute), arrivals stop ``quiet`` seconds before the same burst.
+    Targets: 0.67-1.5 over every answer, 0.5-2 for each visitor's first answer.
     """
     import random
 

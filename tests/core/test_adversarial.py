@@ -468,12 +468,12 @@ def test_chaos_weights_kills_and_short_stalls_never_go_over_the_limit(
     # within 2 s of their last renewal, on the server's clock; read for up to 5 s (3 s for a loaded machine).
     # Once, a run of the suite found something held 2.5 s after the processes ended (it did not say what).
     sem = make(name, limit, lease=2, fair=fair)
-    statuses = [sem.status()]
+    status = sem.status()
     deadline = time.monotonic() + 5.0
-    while (statuses[-1].used, statuses[-1].waiting) != (0, 0) and time.monotonic() < deadline:
+    while (status.used, status.waiting) != (0, 0) and time.monotonic() < deadline:
         time.sleep(0.1)
-        statuses.append(sem.status())
-    assert (statuses[-1].used, statuses[-1].waiting) == (0, 0), statuses[-1]
+        status = sem.status()
+    assert (status.used, status.waiting) == (0, 0), status
     assert sem.acquire(weight=limit, wait=0, auto_renew=False) is not None
 
 

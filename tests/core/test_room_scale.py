@@ -18,9 +18,9 @@ from django_semaphore.core import scripts, visits
 from django_semaphore.core.connection import get_client
 from django_semaphore.testing import RedisServer
 
-# What the client sends for a poll itself (and the test's own reading): not the script's work.
 # room.lua's SAMPLE_MS: an admission sample per this many ms of the server's clock.
 SAMPLE_MS = 5000
+# What the client sends for a poll itself (and the test's own reading): not the script's work.
 OUTSIDE = {"fcall", "evalsha", "eval", "config", "info", "function", "ping", "hello", "client", "select", "set"}
 
 
