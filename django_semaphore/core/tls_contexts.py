@@ -102,11 +102,25 @@ def _stamp(path: object) -> tuple[int, int] | None:
 
 
 class SharedContextSSLConnection(SSLConnection):
-    """redis.asyncio's TLS connection, taking its SSL context from connections of the same options."""
+    """redis.asyncio's TLS connection, taking its SSL context from connections of the same options.
+
+    Its handshake is bounded as the sync client bounds it, by the socket
+    timeout: redis.asyncio puts it inside the connect timeout, and on a loaded
+    CPU the 16th of a cold worker's 16 handshakes (each a few ms of CPU on the
+    event loop) took longer than the 0.5 s docs/servers.md recommends, so its
+    request met an outage that was not one and ran unguarded. The connect
+    timeout cannot bound the TCP connect alone here (asyncio opens the socket
+    and runs the handshake in one call), so the two together get the longer
+    of the two timeouts: a server that drops packets is given up on after the
+    socket timeout rather than the connect timeout, as the acquire's own
+    deadline (one socket timeout) already bounds it.
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.ssl_context = shared_context(self.ssl_context)
+        if self.socket_connect_timeout is not None and self.socket_timeout is not None:
+            self.socket_connect_timeout = max(self.socket_connect_timeout, self.socket_timeout)
 
 
 def share_contexts(client: Client) -> Client:
