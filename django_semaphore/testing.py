@@ -147,7 +147,7 @@ class RedisServer:
             return self
         for _attempt in range(5):
             if not self.port:
-                self.port = free_port()
+                self._draw_ports()
             log = open(Path(self.data_dir) / "server.log", "ab")  # noqa: SIM115 - closed in stop()
             self.process = subprocess.Popen(
                 [*_stop_with_parent(), *self._command()],
@@ -161,6 +161,10 @@ class RedisServer:
             self._kill()
             self.port = 0  # the port was taken meanwhile: try another
         raise RuntimeError(f"{self.binary} did not start; see {self.data_dir}/server.log")
+
+    def _draw_ports(self) -> None:
+        """Free ports for a start: on the first, and again after a start found one taken meanwhile."""
+        self.port = free_port()
 
     def _command(self) -> list[str]:
         return [
@@ -246,6 +250,23 @@ class RedisServer:
         self.close()
 
 
+class ClusterNode(RedisServer):
+    """A cluster-enabled server of this code's own. Its cluster bus port is drawn with its port, and again
+    with it when a start found either taken by another process meanwhile (a bus port chosen once, up front,
+    failed every try of a start when another test's server had taken it); a restart keeps both."""
+
+    def __init__(self, binary: str, extra_args: list[str]) -> None:
+        super().__init__(binary, extra_args=extra_args)
+        self.bus_port = 0
+
+    def _draw_ports(self) -> None:
+        super()._draw_ports()
+        self.bus_port = free_port()
+
+    def _command(self) -> list[str]:
+        return [*super()._command(), "--cluster-port", str(self.bus_port)]
+
+
 class RedisCluster:
     """``masters`` cluster-enabled servers of this code's own, sharing the 16384 slots in equal runs, no replicas.
 
@@ -258,29 +279,23 @@ class RedisCluster:
 
     def __init__(self, masters: int = 3, extra_args: list[str] | None = None, binary: str | None = None) -> None:
         binary = binary or find_binary()
-        self.nodes: list[RedisServer] = []
-        self.bus_ports: list[int] = []
-        for _ in range(masters):
-            bus = free_port()
-            self.bus_ports.append(bus)
-            self.nodes.append(
-                RedisServer(
-                    binary,
-                    extra_args=[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-port",
-                        str(bus),
-                        # Nothing here fails a node on purpose: a node that a loaded machine
-                        # answers late must not be marked failing and take the cluster down.
-                        "--cluster-node-timeout",
-                        "15000",
-                        *(extra_args or []),
-                    ],
-                )
+        self.nodes: list[ClusterNode] = [
+            ClusterNode(
+                binary,
+                [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    # Nothing here fails a node on purpose: a node that a loaded machine
+                    # answers late must not be marked failing and take the cluster down.
+                    "--cluster-node-timeout",
+                    "15000",
+                    *(extra_args or []),
+                ],
             )
+            for _ in range(masters)
+        ]
 
     @property
     def startup_nodes(self) -> list[tuple[str, int]]:
@@ -295,8 +310,8 @@ class RedisCluster:
             for index, client in enumerate(clients):
                 last = SLOTS - 1 if index == len(clients) - 1 else (index + 1) * share - 1
                 client.execute_command("CLUSTER ADDSLOTSRANGE", index * share, last)
-            for node, bus in zip(self.nodes[1:], self.bus_ports[1:], strict=False):
-                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port, bus)
+            for node in self.nodes[1:]:
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port, node.bus_port)
             for client in clients:
                 _wait_cluster_ok(client, len(clients))
         finally:

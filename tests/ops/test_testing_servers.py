@@ -1,0 +1,41 @@
+"""The servers ``django_semaphore.testing`` starts for a suite: a port another process took meanwhile is drawn
+again, the cluster bus's included.
+
+A port is drawn free and bound by the server a moment later, so in a suite of
+several workers another worker's server may take it in between. A quiet
+``make test`` met it on a cluster node's bus port, which was drawn once, up
+front: every try of the start failed, and the module's tests errored.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from django_semaphore import testing
+
+pytestmark = pytest.mark.processes  # starts a server of its own
+
+
+@pytest.fixture
+def taken_twice(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """A port another socket holds (bound, not listening: a connection to it is refused), handed out by the
+    first two draws of a free port (then free ones)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        taken = holder.getsockname()[1]
+        draws = [taken, taken]
+        real = testing.free_port
+        monkeypatch.setattr(testing, "free_port", lambda: draws.pop(0) if draws else real())
+        yield taken
+
+
+def test_a_cluster_node_whose_bus_port_was_taken_meanwhile_starts_on_other_ports(taken_twice: int) -> None:
+    with testing.RedisCluster(masters=1) as cluster:
+        (node,) = cluster.nodes
+        assert taken_twice not in (node.port, node.bus_port)
+        with redis.Redis(host="127.0.0.1", port=node.port) as client:
+            assert client.cluster("info")["cluster_state"] == "ok"
