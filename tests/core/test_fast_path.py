@@ -37,6 +37,7 @@ from django_semaphore.core.redis_keys import SemaphoreKeys
 from django_semaphore.testing import RedisServer
 
 from ..support import modes
+from ..support.server_clock import server_ms
 
 # A waiter TTL of 6 s (a claim of 12 s), which no step of a scenario outlasts on a loaded machine: a waiter's
 # heartbeat missed by 2 s sent its line to the full operation where the scenario expected the fast path.
@@ -119,8 +120,7 @@ class Run:
         return self.call(ScriptCall("set_limit", self.keys.common, [self.config, operation, value]))
 
     def now_ms(self) -> int:
-        seconds, micros = self.admin.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return server_ms(self.admin)
 
     def normal(self, value: Any) -> Any:
         """``value`` with the key prefix and the server's clock readings made comparable across runs."""

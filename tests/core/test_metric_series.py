@@ -15,6 +15,7 @@ from django_semaphore.core.redis_keys import hash_partition
 
 from ..support import modes, workers
 from ..support.processes import run_to_the_end, warm
+from ..support.server_clock import server_ms
 
 DAY_MS = 86_400_000
 
@@ -45,8 +46,7 @@ def test_the_first_found_in_use_take_the_places_and_keep_them() -> None:
 def test_a_place_no_read_found_in_use_for_the_retire_time_goes_to_the_next_found(redis_client: redis.Redis) -> None:
     assert place("a", "b", retire_ms=DAY_MS) == ["a", "b"]
     # Back-date "b": found in use last two days ago, by the server's clock as the script reads it.
-    seconds, micros = redis_client.time()
-    redis_client.zadd(series.series_key("search"), {hash_partition("b"): seconds * 1000 + micros // 1000 - 2 * DAY_MS})
+    redis_client.zadd(series.series_key("search"), {hash_partition("b"): server_ms(redis_client) - 2 * DAY_MS})
     assert place("a", "c", places=2) == ["a", "c"]
     assert 0 < redis_client.pttl(series.series_key("search")) <= 2 * DAY_MS  # a scrape-less semaphore leaves nothing
 

@@ -18,6 +18,8 @@ from django_semaphore.core import scripts, visits
 from django_semaphore.core.connection import get_client
 from django_semaphore.testing import RedisServer
 
+from ..support.server_clock import server_ms
+
 # room.lua's SAMPLE_MS: an admission sample per this many ms of the server's clock.
 SAMPLE_MS = 5000
 # What the client sends for a poll itself (and the test's own reading): not the script's work.
@@ -50,11 +52,6 @@ def fill(settings: Any, name: str, waiting: int) -> None:
         replies = scripts.run_pipeline(get_client(), calls)
         assert not any(isinstance(reply, Exception) for reply in replies)
     assert visits.figures(sem).waiting == waiting
-
-
-def server_ms(admin: redis.Redis) -> int:
-    seconds, micros = admin.time()
-    return seconds * 1000 + micros // 1000
 
 
 def one_poll(admin: redis.Redis, name: str, token: str) -> tuple[dict[str, int], int]:

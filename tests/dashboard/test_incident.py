@@ -20,6 +20,7 @@ from django_semaphore.dashboard.chart import nice_top, outcomes_chart
 from django_semaphore.dashboard.incident import seconds_shown
 
 from ..support.dashboard import url
+from ..support.server_clock import server_ms
 
 pytestmark = pytest.mark.django_db
 
@@ -30,11 +31,6 @@ ZONE = "Asia/Kolkata"  # +05:30: no test machine's local zone, and a half hour t
 def zone(settings: Any) -> None:
     settings.TIME_ZONE = ZONE
     tally.flush()  # nothing of an earlier test's counts is left pending
-
-
-def server_ms() -> int:
-    seconds, micros = get_client().time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def busy_minute() -> None:
@@ -121,7 +117,7 @@ def test_the_outcomes_chart_has_a_round_scale_and_one_step_per_whole_slot() -> N
 
 def test_rejections_written_in_earlier_slots_draw_on_the_page(viewer: Client) -> None:
     """Slots of the server's clock, as lua/tally.lua writes them: 20 rejected 30 s ago is 2 per second."""
-    slot = server_ms() // SLOT_MS - 3
+    slot = server_ms(get_client()) // SLOT_MS - 3
     get_client().hset(recent_key("reports"), f"{slot}|c{RESULTS.index('rejected')}", 20)
     row = viewer.get(url("json")).json()["semaphores"][0]
     assert row["name"] == "reports"

@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,6 +26,7 @@ from django_semaphore import Semaphore, get_semaphore
 from django_semaphore.testing import free_port, stop_process
 
 from ..support.polling import wait_until
+from ..support.server_clock import server_ms
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB_LEASE = 10.0  # SEMAPHORE_WEB_LEASE's default, as docs/reference/settings.md documents it
@@ -82,11 +82,6 @@ def test_a_killed_gunicorn_workers_permits_are_back_within_the_web_lease(
     back = (back_ms - killed_ms) / 1000
     print(f"the killed worker's 3 permits were back {back:.1f} s after the kill (web lease {WEB_LEASE} s)")
     assert back <= WEB_LEASE + 0.5
-
-
-def server_ms(client: Any) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def permits_back_ms(held: Semaphore, within: float) -> int:
