@@ -64,22 +64,28 @@ def tls_options(certificates: tls.Certificates) -> dict[str, object]:
     }
 
 
-@pytest.fixture
-def tls_cache(settings, tls_port: int, certificates: tls.Certificates) -> None:
-    """The semaphores' own cache alias: a django-redis cache on rediss:// with a private CA and a client cert."""
+def use_tls_cache(settings, port: int, certificates: tls.Certificates, connect_timeout: float, timeout: float) -> None:
+    """The semaphores' own cache alias: a django-redis cache on rediss://127.0.0.1:``port`` with a private CA and
+    a client cert."""
     settings.CACHES = {
         **settings.CACHES,
         "semaphores": {
             "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": f"rediss://127.0.0.1:{tls_port}/0",
-            "OPTIONS": {  # no test here stalls the server: a loaded machine's slow handshake is not an outage
-                "SOCKET_CONNECT_TIMEOUT": 10,
-                "SOCKET_TIMEOUT": 10,
+            "LOCATION": f"rediss://127.0.0.1:{port}/0",
+            "OPTIONS": {
+                "SOCKET_CONNECT_TIMEOUT": connect_timeout,
+                "SOCKET_TIMEOUT": timeout,
                 "CONNECTION_POOL_KWARGS": tls_options(certificates),
             },
         },
     }
     settings.SEMAPHORE_CONNECTION = "semaphores"
+
+
+@pytest.fixture
+def tls_cache(settings, tls_port: int, certificates: tls.Certificates) -> None:
+    # No test here stalls the server: a loaded machine's slow handshake is not an outage.
+    use_tls_cache(settings, tls_port, certificates, connect_timeout=10, timeout=10)
 
 
 @pytest.mark.usefixtures("tls_cache")
@@ -172,19 +178,8 @@ def test_a_tls_handshake_past_the_connect_timeout_but_within_the_socket_timeout_
     Here every handshake answers 0.8 s late, within the socket timeout: the sync client bounds a handshake by
     that, and the asyncio client must too (redis.asyncio puts it inside the connect timeout)."""
     with slow_start_relay(tls_port, first_reply_delay=0.8, slow_connections=100) as relayed:
-        settings.CACHES = {
-            **settings.CACHES,
-            "semaphores": {
-                "BACKEND": "django_redis.cache.RedisCache",
-                "LOCATION": f"rediss://127.0.0.1:{relayed}/0",
-                "OPTIONS": {  # the connect timeout servers.md recommends; a read timeout a loaded machine meets
-                    "SOCKET_CONNECT_TIMEOUT": 0.5,
-                    "SOCKET_TIMEOUT": 5,
-                    "CONNECTION_POOL_KWARGS": tls_options(certificates),
-                },
-            },
-        }
-        settings.SEMAPHORE_CONNECTION = "semaphores"
+        # The connect timeout servers.md recommends; a read timeout a loaded machine meets.
+        use_tls_cache(settings, relayed, certificates, connect_timeout=0.5, timeout=5)
         sem = Semaphore(SemaphoreConfig.from_options("slow-handshake", {"limit": 1}))
         if style == "sync":
             permit = sem.acquire(auto_renew=False)
