@@ -284,7 +284,8 @@ def launch(
     busy_from = max(burst_at - quiet - busy, 0.0)
     burst_times = sorted(burst_at + rng.uniform(0, BURST_SPREAD_S) for _ in range(burst))
     idle_room = _Launch("launch-idle", sorted(rng.uniform(0, warm_up) for _ in range(2 * LAUNCH_LIMIT)) + burst_times)
-    busy_arrivals = [busy_from + i * 60.0 / (6 * LAUNCH_LIMIT) for i in range(round(6 * LAUNCH_LIMIT * busy / 60.0))]
+    gap = 60.0 / (6 * LAUNCH_LIMIT)  # six times the limit a minute
+    busy_arrivals = [busy_from + i * gap for i in range(round(busy / gap))]
     busy_room = _Launch("launch-busy", busy_arrivals + burst_times)
     with override_settings(SEMAPHORES={"launch-idle": spec, "launch-busy": spec}):
         _replay([idle_room, busy_room])
