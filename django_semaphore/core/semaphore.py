@@ -172,7 +172,9 @@ class Semaphore(OperatorActions, PartitionBrowsing):
     def _attempted(self, request: AcquireRequest, options: SyncAcquireOptions) -> Attempt:
         with translated(self.name, self.partition):
             client = get_client()
-            # The whole call, recording a new partition included, ends by its wait (or one socket timeout).
+            # The whole call, recording a new partition included, ends by its wait (or one socket timeout),
+            # which starts once it has a connection: opening one has that bound of its own.
+            bounded.open_ahead(client, self.keys.base, request.wait)
             deadline = bounded.budget(client, request.wait)
             recording = registry.SKIPPED
             if self.partition is not None and self.key is not None:
@@ -236,6 +238,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
                 # The renewal thread renews on the sync client: settings that make none are an outage now,
                 # not a permit granted that nobody can renew.
                 renewing = get_client() if options.renewed(self.config) else None
+                await bounded.aopen_ahead(client, request.wait)
                 deadline = bounded.budget(client, request.wait)
                 recording, request, reply, striped = await bounded.by(
                     deadline, self._aacquire(client, request, deadline)
