@@ -193,12 +193,21 @@ class RedisServer:
                 if self.process is not None and self.process.poll() is not None:
                     return False
                 with contextlib.suppress(redis.ConnectionError, redis.exceptions.BusyLoadingError):
-                    if client.ping():
+                    if client.ping() and self._is_own(client):
                         return True
                 time.sleep(0.02)
             return False
         finally:
             client.close()
+
+    def _is_own(self, client: redis.Redis) -> bool:
+        """Whether the server that answered is this object's process: until a process that found its port
+        taken exits, the server that took it answers there (another worker's, in a parallel suite)."""
+        try:
+            answered = int(client.info("server")["process_id"])
+        except redis.exceptions.NoPermissionError:
+            return True  # an ACL that denies INFO: the PING is all there is to go by
+        return self.process is None or answered == self.process.pid
 
     def _kill(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -1,5 +1,5 @@
 """The servers ``django_semaphore.testing`` starts for a suite: a port another process took meanwhile is drawn
-again, the cluster bus's included.
+again, the cluster bus's included, and a server that answers on it is not taken for the one started.
 
 A port is drawn free and bound by the server a moment later, so in a suite of
 several workers another worker's server may take it in between. A quiet
@@ -39,3 +39,15 @@ def test_a_cluster_node_whose_bus_port_was_taken_meanwhile_starts_on_other_ports
         assert taken_twice not in (node.port, node.bus_port)
         with redis.Redis(host="127.0.0.1", port=node.port) as client:
             assert client.cluster("info")["cluster_state"] == "ok"
+
+
+def test_a_server_whose_port_another_server_answers_on_starts_on_another_port() -> None:
+    """Another worker's server took the drawn port first: until the new process gives up binding it, a PING
+    there is answered by the other server, and the start must not take that answer for its own (the suite's
+    worker would then run its tests on another worker's server)."""
+    binary = testing.find_binary()
+    with testing.RedisServer(binary) as other, testing.RedisServer(binary, port=other.port) as server:
+        assert server.port != other.port
+        assert server.process is not None
+        with redis.Redis(host="127.0.0.1", port=server.port) as client:
+            assert int(client.info("server")["process_id"]) == server.process.pid
