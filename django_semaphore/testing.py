@@ -205,8 +205,8 @@ class RedisServer:
         taken exits, the server that took it answers there (another worker's, in a parallel suite)."""
         try:
             answered = int(client.info("server")["process_id"])
-        except redis.exceptions.NoPermissionError:
-            return True  # an ACL that denies INFO: the PING is all there is to go by
+        except redis.exceptions.ResponseError:
+            return True  # INFO denied by an ACL, or renamed away: the PING is all there is to go by
         return self.process is None or answered == self.process.pid
 
     def _kill(self) -> None:
