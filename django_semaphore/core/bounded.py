@@ -651,10 +651,16 @@ def _value(call: Any) -> Any:
         return error
 
 
+def _connections_taken(wait: float) -> int:
+    """How many connections an acquire with this ``wait`` may have at once: two for a wait (one blocks in
+    line while the other leaves it, core/waits.py), else one."""
+    return 2 if wait > 0 else 1
+
+
 def open_ahead(client: SyncClient, key: str, wait: float) -> None:
     """The connections a call with this ``wait`` takes, open before its deadline is set, each opened within
-    one ``budget`` (``Connections.open_ahead``): two for a wait (one blocks in line, the other leaves it)."""
-    connections_for(client, key).open_ahead(lambda: budget(client, wait), 2 if wait > 0 else 1)
+    one ``budget`` (``Connections.open_ahead``)."""
+    connections_for(client, key).open_ahead(lambda: budget(client, wait), _connections_taken(wait))
 
 
 async def aopen_ahead(client: AsyncClient, wait: float) -> None:
@@ -669,7 +675,7 @@ async def aopen_ahead(client: AsyncClient, wait: float) -> None:
     idle = getattr(pool, "_available_connections", None)
     if idle is None:
         return
-    count = 2 if wait > 0 else 1
+    count = _connections_taken(wait)
     if len(idle) >= count and all(connection.is_connected for connection in idle[-count:]):
         return
 
