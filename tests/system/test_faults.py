@@ -17,12 +17,13 @@ from django.test import override_settings
 
 from django_semaphore import BackendUnavailable, Semaphore
 from django_semaphore.core.conf import SemaphoreConfig
+from django_semaphore.core.renewal import renewer
 from django_semaphore.core.replies import SemaphoreStatus
 from django_semaphore.testing import RedisServer, find_binary
 
 from ..support import modes
 from ..support.load import Load
-from ..support.polling import answered, eventually
+from ..support.polling import answered, eventually, wait_until
 
 pytestmark = pytest.mark.processes  # starts, kills or stalls real processes: CI runs it in one cell
 
@@ -68,8 +69,13 @@ def test_sigkill_and_restart_mid_load_without_persistence(way: modes.Way) -> Non
         # and releasing it now is refused (and counted), not an error.
         status = sem.status()
         assert status.holder_count == 0 and status.used == 0
+        # A load permit whose release the crash cut off is given back from the background once the server
+        # answers, and refused too (its permit went with the data; CI once counted it beside this one): those
+        # settled first, this release is counted on its own.
+        wait_until(lambda: renewer.pending() == 0, timeout=30)
+        refused = sem.status().counters["refused"]
         assert held.release() is False
-        assert sem.status().counters["refused"] == 1
+        assert sem.status().counters["refused"] == refused + 1
 
 
 def test_aof_restart_keeps_holders_whose_leases_still_expire() -> None:
