@@ -38,8 +38,9 @@ from ..support.recorded import recorded
 APP_USER, APP_PASSWORD = "quiet-app", "quiet-pw"
 # Every way a script reaches the server, and the library's loading: the test itself sends none of them.
 SCRIPT_COMMANDS = ("fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval", "eval_ro", "function|load")
-# An idle window, on the server's clock: many times every background interval the test sets.
-IDLE_WINDOW = 20.0
+# An idle window, on the server's clock: many times every background interval the test sets (five leases, fifty
+# flushes, two and a half outage-watch intervals).
+IDLE_WINDOW = 10.0
 # How long the process may take to have nothing left to mend (leases, clean-ups, the watch), at most.
 SETTLE_WITHIN = 60.0
 

@@ -75,9 +75,10 @@ class Upgrade:
 
 
 def upgrade_run(way: modes.Way, settings: Any, prefix: str, seconds: float, old_package: Path) -> Upgrade:
-    """A rolling deploy from ``old_package``'s version to this tree's over ``seconds`` (24 at least)."""
+    """A rolling deploy from ``old_package``'s version to this tree's over ``seconds`` (18 at least: each old
+    process works three seconds or more, most of a lease, before the next one replaces it)."""
     binary = find_binary()
-    seconds = max(seconds, 24.0)
+    seconds = max(seconds, 18.0)
     step = seconds / (2 * OLD)  # the last old process ends half-way through: the rest is this version's alone
     with RedisServer(binary) as probe, RedisServer(binary, extra_args=modes.server_args(binary)) as server:
         url = f"{way.url(server.url)}?{TIMEOUTS}"
