@@ -22,7 +22,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import AsyncClient
 
-from django_semaphore import Semaphore, get_semaphore
+from django_semaphore import Attempt, BackendUnavailable, Semaphore, get_semaphore
 from django_semaphore.core import bounded, tls_contexts
 from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.connection import get_async_client, get_client
@@ -203,24 +203,36 @@ def test_a_slow_connection_opening_leaves_the_call_its_whole_time(
     unguarded when the rest of its call outran the 2 s. Here every opening answers 0.5 s late, and a
     full semaphore is waited for 1 s: the wait runs its course and is refused, where it used to end in an
     outage at 1.2 s (its wait and 0.2 s for leaving the line) with the wait not over. The openings have
-    that 1.2 s too (a wait opens two connections: 0.7 s to spare for a loaded machine's handshakes)."""
+    that 1.2 s too (a wait opens two connections: 0.7 s to spare for a loaded machine's handshakes).
+
+    A machine loaded by the whole suite once took more than the 0.2 s after the wait to leave the line
+    through the relay: an outage then, as documented (docs/guides/failure-policy.md), but one that came after
+    the whole wait, which is this test's point, so it is taken too."""
     with slow_start_relay(tls_port, first_reply_delay=0.5, slow_connections=100) as relayed:
         use_tls_cache(settings, relayed, certificates, connect_timeout=5, timeout=5)
         sem = Semaphore(SemaphoreConfig.from_options("slow-opening", {"limit": 1}))
+        attempt: Attempt | BackendUnavailable
         if style == "sync":
             # The holder on the asyncio client's connections: the waiter opens one of its own.
             holder = asyncio.run(sem.aacquire(lease=30, auto_renew=False))
             assert holder is not None
             started = time.monotonic()
-            attempt = sem.attempt(wait=1.0)
+            try:
+                attempt = sem.attempt(wait=1.0)
+            except BackendUnavailable as outage:
+                attempt = outage
         else:
             holder = sem.acquire(lease=30, auto_renew=False)
             assert holder is not None
             started = time.monotonic()
-            attempt = asyncio.run(sem.aattempt(wait=1.0))
+            try:
+                attempt = asyncio.run(sem.aattempt(wait=1.0))
+            except BackendUnavailable as outage:
+                attempt = outage
         took = time.monotonic() - started
-        assert attempt.permit is None and attempt.limit == 1, attempt  # refused when the wait ran out
-        assert took >= 1.0 + 0.5, took  # the opening, then the whole wait
+        assert took >= 1.0 + 0.5, (took, attempt)  # the opening, then the whole wait
+        if not isinstance(attempt, BackendUnavailable):
+            assert attempt.permit is None and attempt.limit == 1, attempt  # refused when the wait ran out
         assert holder.release() is True
 
 
