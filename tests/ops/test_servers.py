@@ -211,24 +211,22 @@ def test_a_slow_connection_opening_leaves_the_call_its_whole_time(
     with slow_start_relay(tls_port, first_reply_delay=0.5, slow_connections=100) as relayed:
         use_tls_cache(settings, relayed, certificates, connect_timeout=5, timeout=5)
         sem = Semaphore(SemaphoreConfig.from_options("slow-opening", {"limit": 1}))
-        attempt: Attempt | BackendUnavailable
         if style == "sync":
             # The holder on the asyncio client's connections: the waiter opens one of its own.
             holder = asyncio.run(sem.aacquire(lease=30, auto_renew=False))
-            assert holder is not None
-            started = time.monotonic()
-            try:
-                attempt = sem.attempt(wait=1.0)
-            except BackendUnavailable as outage:
-                attempt = outage
         else:
             holder = sem.acquire(lease=30, auto_renew=False)
-            assert holder is not None
-            started = time.monotonic()
-            try:
-                attempt = asyncio.run(sem.aattempt(wait=1.0))
-            except BackendUnavailable as outage:
-                attempt = outage
+        assert holder is not None
+
+        def waited() -> Attempt:
+            return sem.attempt(wait=1.0) if style == "sync" else asyncio.run(sem.aattempt(wait=1.0))
+
+        attempt: Attempt | BackendUnavailable
+        started = time.monotonic()
+        try:
+            attempt = waited()
+        except BackendUnavailable as outage:
+            attempt = outage
         took = time.monotonic() - started
         assert took >= 1.0 + 0.5, (took, attempt)  # the opening, then the whole wait
         if not isinstance(attempt, BackendUnavailable):
