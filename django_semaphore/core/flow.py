@@ -338,7 +338,9 @@ class Driver:
     def _perform(self, step: Step) -> Any:
         if isinstance(step, Block):
             return waits.block(self.client, self.request, step, self._read_timeout, self.deadline)
-        call, confirm = self._call_for(step), self._confirmed(step)
+        if isinstance(step, Leave):
+            return waits.leave(self.client, self._call_for(step), self.request, self.deadline)
+        call, confirm = self._call_for(step), self.confirm
         if confirm is None:
             return self._answered(step, bounded.run(self.client, call, self.deadline))
         reply, confirm.acked = bounded.run_confirmed(
@@ -348,8 +350,10 @@ class Driver:
 
     async def _aperform(self, step: Step) -> Any:
         if isinstance(step, Block):
-            return await waits.ablock(self.client, self.request, step, self._read_timeout)
-        call, confirm = self._call_for(step), self._confirmed(step)
+            return await waits.ablock(self.client, self.request, step, self._read_timeout, self.deadline)
+        if isinstance(step, Leave):
+            return await waits.aleave(self.client, self._call_for(step), self.request, self.deadline)
+        call, confirm = self._call_for(step), self.confirm
         if confirm is None:
             return self._answered(step, await scripts.arun(self.client, call))
         reply, confirm.acked = await scripts.arun_confirmed(self.client, call, confirm.replicas, confirm.timeout_ms)
@@ -367,10 +371,6 @@ class Driver:
         if isinstance(step, Confirm):
             return request.confirm_call()
         return request.cancel_call()
-
-    def _confirmed(self, step: Step) -> ReplicaConfirmation | None:
-        """Replicas confirm what grants a permit (an acquire, a confirmation), not the leaving of the line."""
-        return None if isinstance(step, Leave) else self.confirm
 
     def _answered(self, step: Step, reply: Any) -> Any:
         """A step's reply as the flow takes it; an acquire's also sets the server's clock."""

@@ -214,7 +214,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         try:
             reply = drive(sent)
             second = call.second(reply, lambda asked: _left_to_wait(asked, deadline))
-            if second is not None:
+            if second is not None and not deadline.passed():  # passed: a slow leaving went to the background
                 sent, reply = second, None
                 reply = drive(sent)
         finally:
@@ -281,7 +281,7 @@ class Semaphore(OperatorActions, PartitionBrowsing):
         try:
             reply = await Driver(client, sent, confirm, deadline).adrive()
             second = call.second(reply, lambda asked: _left_to_wait(asked, deadline))
-            if second is not None:
+            if second is not None and not deadline.passed():  # passed: a slow leaving went to the background
                 sent, reply = second, None
                 reply = await Driver(client, sent, confirm, deadline).adrive()
         finally:

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Coroutine
+import sys
+from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from . import bounded, scripts
 from .bounded import Deadline
-from .calls import AcquireRequest
+from .calls import AcquireRequest, ScriptCall
 from .clients import AsyncClient, SyncClient
 from .errors import is_outage
 from .renewal import renewer
@@ -103,6 +104,37 @@ def clean_up(client: Any, request: AcquireRequest, error: BaseException, deadlin
     renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
 
 
+def _redis_answered() -> bool:
+    return True
+
+
+def leave(
+    client: Any,
+    call: ScriptCall,
+    request: AcquireRequest,
+    deadline: Deadline,
+    answered: Callable[[], bool] = _redis_answered,
+) -> bool:
+    """Leave the line by ``deadline``: True when Redis confirmed it, False when the background will.
+
+    A wait that Redis ended (``answered``: it did, or it ended the wait late)
+    ran its course with the line full, so the caller is refused either way:
+    a leaving Redis does not confirm in time (a loaded client, a server
+    pausing writes for a failover) is a clean-up like any other, not an
+    outage, which would let a guard with ``on_error="allow"`` pass the
+    request unguarded. A Redis that answered nothing since the wait began,
+    the leaving included, is the outage it is.
+    """
+    try:
+        bounded.run(client, call, deadline)
+        return True
+    except Exception as error:
+        if not is_outage(error) or not answered():
+            raise
+    renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
+    return False
+
+
 def _grace(step: Block) -> float:
     return LATE_WAIT_GRACE if step.precise else EXPIRY_GRACE
 
@@ -154,7 +186,10 @@ def _blocked(
             # the note the leaving leaves behind end the wait, so the connection stays usable. At a lease's
             # end: end the wait with a note of its own, staying in line, and ask again.
             if step.precise:
-                bounded.run(client, request.cancel_call(unblock=True), deadline)
+                unblock = request.cancel_call(unblock=True)
+                if not leave(client, unblock, request, deadline, lambda: connection.can_read(0)):
+                    connection.disconnect()  # ends the BLPOP; the background gives back what it popped
+                    return Woken(left=True)
             else:
                 _wake_self(client, request, deadline)
             note = None
@@ -215,6 +250,44 @@ def _left_or_later(request: AcquireRequest, leaving: asyncio.Future[Any]) -> Non
         renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
 
 
+def _cancel_requests() -> int:
+    """The current task's pending cancel requests (Python 3.11+; 0 before, where they are not counted)."""
+    if sys.version_info >= (3, 11):
+        task = asyncio.current_task()
+        return task.cancelling() if task is not None else 0
+    return 0
+
+
+async def aleave(
+    client: Any,
+    call: ScriptCall,
+    request: AcquireRequest,
+    deadline: Deadline,
+    answered: Callable[[], bool] = _redis_answered,
+) -> bool:
+    """``leave`` on the asyncio client, whose caller cancels the task at ``deadline`` (core/bounded.py ``by``).
+
+    The leaving runs as a task of its own, which that cancel does not cut
+    short: the call is refused at its deadline, and the leaving goes on in
+    the background (or, if it fails there, goes to the background thread).
+    Any other cancel (the request's client gone) goes on as it came.
+    """
+    leaving = _owned_task(scripts.arun(client, call))
+    leaving.add_done_callback(lambda done: _left_or_later(request, done))
+    requests = _cancel_requests()
+    try:
+        await asyncio.shield(leaving)
+    except asyncio.CancelledError:
+        if not deadline.passed() or _cancel_requests() > requests + 1 or not answered():
+            raise
+        return False
+    except Exception as error:
+        if not is_outage(error) or not answered():
+            raise
+        return False
+    return True
+
+
 async def _awake_self(client: AsyncClient, request: AcquireRequest) -> None:
     pipe = client.pipeline(transaction=False)
     pipe.rpush(request.wake_key, WAKE_SELF)
@@ -222,7 +295,9 @@ async def _awake_self(client: AsyncClient, request: AcquireRequest) -> None:
     await pipe.execute()
 
 
-async def ablock(client: Any, request: AcquireRequest, step: Block, read_timeout: float | None) -> Woken:
+async def ablock(
+    client: Any, request: AcquireRequest, step: Block, read_timeout: float | None, deadline: Deadline
+) -> Woken:
     timeout = _cap(step.timeout, read_timeout)
     punctual = step.precise or step.at_expiry
     if not punctual or isinstance(client, AsyncRedisCluster):
@@ -238,10 +313,10 @@ async def ablock(client: Any, request: AcquireRequest, step: Block, read_timeout
                     )
                 )
             except asyncio.TimeoutError:
-                if not step.precise:
-                    return Woken()
-                await scripts.arun(client, request.cancel_call(unblock=True))
-                return Woken(left=True)
+                if step.precise:
+                    # The wait was cancelled unanswered: a leaving not confirmed in time is an outage.
+                    await aleave(client, request.cancel_call(unblock=True), request, deadline, lambda: False)
+                return Woken(left=step.precise)
         return Woken(_note(await client.blpop([request.wake_key], timeout=timeout)))
     pool = client.connection_pool
     connection = await pool.get_connection()
@@ -252,10 +327,11 @@ async def ablock(client: Any, request: AcquireRequest, step: Block, read_timeout
         done, _ = await asyncio.wait({read}, timeout=timeout + _grace(step))
         if done:
             return Woken(_note(read.result()))
-        if step.precise:
-            await scripts.arun(client, request.cancel_call(unblock=True))
-        else:
+        if not step.precise:
             await _awake_self(client, request)
+        elif not await aleave(client, request.cancel_call(unblock=True), request, deadline, read.done):
+            await connection.disconnect()  # ends the BLPOP; the leaving gives back what it popped
+            return Woken(left=True)
         note = None
         done, _ = await asyncio.wait({read}, timeout=UNBLOCKED_READ)
         if not done:

@@ -1,0 +1,122 @@
+"""A wait that ran its course, full, is a refusal even when leaving the line outlasts the call.
+
+An acquire that waits has its wait and 0.2 s more for leaving the line
+(core/bounded.py ``LEAVING``). Redis answered the whole wait (the line was
+full), but a loaded client or a paused server can take longer than that to
+confirm the leaving; the call used to end there in an outage, which a guard
+with ``on_error="allow"`` lets through unguarded. Here the server pauses
+writes (``CLIENT PAUSE ... WRITE``, as a failover does) from inside the wait
+until well past the call's deadline: the call ends by its deadline, refused,
+and its place in line is given back once the server answers again (by the
+background, which retries until Redis confirms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+import redis
+
+from django_semaphore import Attempt, BackendUnavailable, Semaphore
+from django_semaphore.core import bounded
+from django_semaphore.core.bounded import Deadline
+from django_semaphore.core.calls import AcquireOptions
+from django_semaphore.core.conf import SemaphoreConfig
+from django_semaphore.core.connection import aclient, get_client
+from django_semaphore.core.flow import LEAVE, Driver, first_acquire
+from django_semaphore.core.replies import FULL, AcquireReply
+from django_semaphore.testing import RedisServer
+
+from ..support.polling import eventually, wait_until
+
+WAIT = 1.0
+PAUSE_MS = 2500
+
+
+@pytest.fixture
+def patient_server(own_server: RedisServer, settings) -> RedisServer:
+    """The test's own server; a socket timeout and heartbeats longer than the wait: the wait is one ``BLPOP``."""
+    settings.SEMAPHORE_CONNECTION = f"{own_server.url}?socket_timeout=5&socket_connect_timeout=5"
+    settings.SEMAPHORE_WAITER_TTL = 30
+    return own_server
+
+
+@pytest.mark.parametrize("style", ["sync", "asyncio"])
+def test_a_full_wait_whose_leaving_outlasts_the_call_is_refused(
+    patient_server: RedisServer, own_server_client: redis.Redis, style: str
+) -> None:
+    sem = Semaphore(SemaphoreConfig.from_options(f"slow-leaving-{style}", {"limit": 1}))
+    holder = sem.acquire(lease=30, auto_renew=False)
+    assert holder is not None
+    outcome: list[Attempt | BaseException] = []
+    timing: list[float] = []
+    started = time.monotonic()
+
+    def wait_in_line() -> None:
+        try:
+            outcome.append(sem.attempt(wait=WAIT) if style == "sync" else asyncio.run(sem.aattempt(wait=WAIT)))
+        except BaseException as error:  # the outage it used to be, kept for the assertion's message
+            outcome.append(error)
+        timing.append(time.monotonic() - started)
+
+    waiter = threading.Thread(target=wait_in_line)
+    waiter.start()
+    try:
+        wait_until(lambda: sem.status().waiting == 1, timeout=WAIT / 2)
+        paused_at = time.monotonic()
+        own_server_client.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE")
+    finally:
+        waiter.join()
+    # The pause began inside the wait and ends after the call's deadline (its wait and LEAVING).
+    assert paused_at - started < WAIT
+    [attempt] = outcome
+    assert not isinstance(attempt, BackendUnavailable), attempt
+    assert isinstance(attempt, Attempt) and attempt.permit is None and attempt.limit == 1, attempt
+    assert timing[0] < WAIT + 0.2 + 0.3, timing  # ended by its deadline, with a loaded machine's slack
+    # Once writes resume, the place is given back and the holder's release hands nothing to a ghost.
+    eventually(lambda: sem.status().waiting == 0, timeout=PAUSE_MS / 1000 + 10)
+    assert holder.release() is True
+    again = sem.acquire()
+    assert again is not None
+    again.release()
+
+
+def _queued_then_leaving(request, paused: redis.Redis):  # type: ignore[no-untyped-def]
+    """Queued at the first reply, then the line left while the server pauses writes.
+
+    The public call above leaves through its wait's own unblocking when
+    Redis's timer is late; this is the flow's own leaving, after a wait Redis
+    ended on time (or a grant that came too late)."""
+    reply = AcquireReply.parse((yield first_acquire(request)), 0.0)
+    paused.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE")
+    yield LEAVE
+    return reply.finished(0.0, False, FULL)
+
+
+@pytest.mark.parametrize("style", ["sync", "asyncio"])
+def test_the_flows_own_leaving_that_outlasts_the_call_is_refused(
+    patient_server: RedisServer, own_server_client: redis.Redis, style: str
+) -> None:
+    sem = Semaphore(SemaphoreConfig.from_options(f"slow-flow-leaving-{style}", {"limit": 1}))
+    holder = sem.acquire(lease=30, auto_renew=False)
+    assert holder is not None
+    request = AcquireOptions(wait=WAIT).request(sem.config, sem.calls)
+    started = time.monotonic()
+    if style == "sync":
+        deadline = Deadline.after(0.5)
+        reply = Driver(get_client(), request, deadline=deadline).drive(_queued_then_leaving(request, own_server_client))
+    else:
+
+        async def driven() -> AcquireReply:
+            deadline = Deadline.after(0.5)
+            driver = Driver(await aclient(), request, deadline=deadline)
+            return await bounded.by(deadline, driver.adrive(_queued_then_leaving(request, own_server_client)))
+
+        reply = asyncio.run(driven())
+    assert reply.code == FULL and time.monotonic() - started < 0.5 + 0.3
+    assert sem.status().waiting == 1  # still in line while writes are paused: the background gives it back
+    eventually(lambda: sem.status().waiting == 0, timeout=PAUSE_MS / 1000 + 10)
+    assert holder.release() is True
