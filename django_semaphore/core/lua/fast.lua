@@ -33,15 +33,17 @@ local function fast_now()
   return tonumber(text), text, t
 end
 
--- A new grant's fence, as common.lua's next_fence mints it: one above the `last`, and never below the
--- server's clock in microseconds (`t`, TIME's reply), which a state restored from an older snapshot
--- cannot take back.
+-- A new grant's fence and its text, as common.lua's next_fence mints it: one above the `last`, and never
+-- below the server's clock in microseconds (`t`, TIME's reply), which a state restored from an older
+-- snapshot cannot take back. The clock's microseconds are written as text from TIME's own, so the
+-- common case (the clock above the last fence) formats no number.
 local function fast_fence(last, t)
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local micros = t[1] .. string.sub('00000' .. t[2], -6)
+  local floor = tonumber(micros)
   if last + 1 > floor then
-    return last + 1
+    return last + 1, string.format('%d', last + 1)
   end
-  return floor
+  return floor, micros
 end
 
 -- A grant's lease deadline (ms), capped at its max hold (`hold` ms, 0: none), and the end of that max

@@ -37,8 +37,8 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
     if deadline - now < cfg.waiter_ttl or (tonumber(recorded) or 0) < deadline + cfg.idle then
       return nil
     end
-    fence = fast_fence(fence, clock)
-    local fence_text = string.format('%d', fence)
+    local fence_text
+    fence, fence_text = fast_fence(fence, clock)
     redis.call('ZADD', holders, string.format('%d', deadline), token)
     fast_record(info, state, cfg, st, used + 1, token,
                 '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. meta,
@@ -168,8 +168,9 @@ local function fast_acquire(keys, args)
   if redis.call('ZADD', holders, 'NX', string.format('%d', deadline), token) == 0 then
     return nil  -- this token holds a lease already: acquire.lua renews it
   end
-  fence, used = fast_fence(fence, clock), used + 1
-  local fence_text = string.format('%d', fence)
+  local fence_text
+  fence, fence_text = fast_fence(fence, clock)
+  used = used + 1
   fast_record(keys[2], state, cfg, st, used, token,
               '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. (args[3] or ''),
               fast_folded(token, nonce), recorded, 'fence', fence_text)

@@ -70,7 +70,8 @@ local function fast_hand_on(keys, cfg, token, st, left, hold_avg, now, now_text,
   if deadline - now < cfg.waiter_ttl or (tonumber(st[#cfg.release_fields]) or 0) < deadline + cfg.idle then
     return nil  -- serve_line alerts the next head; or the keys must outlive the grant: release.lua sees to both
   end
-  local fence_text, deadline_text = string.format('%d', fast_fence(fence, clock)), string.format('%d', deadline)
+  local _, fence_text = fast_fence(fence, clock)
+  local deadline_text = string.format('%d', deadline)
   redis.call('ZADD', holders, deadline_text, head)
   fast_record(info, state, cfg, st, left + 1, head,
               '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. meta,
@@ -102,7 +103,8 @@ local function fast_release(keys, args)
   if redis.call('ZCOUNT', holders, '-inf', now_text) > 0 then
     return nil  -- a lease to reclaim (this one, perhaps)
   end
-  local head = redis.call('ZRANGE', keys[4], 0, 0)[1]
+  -- The line's head, when there is a line: most releases find none, and EXISTS is cheaper than a ZRANGE.
+  local head = redis.call('EXISTS', keys[4]) == 1 and redis.call('ZRANGE', keys[4], 0, 0)[1]
   -- Its record first: in the state hash, read with it (common.lua's `folded`), or else in info.
   local fields = cfg.release_read
   fields[#cfg.release_fields + 1] = '#' .. token
@@ -125,7 +127,7 @@ local function fast_release(keys, args)
   fields = cfg.release_fields
   local held_for = math.max(now - tonumber(acquired), 0)
   local hold_avg = tonumber(st[3]) or held_for
-  hold_avg = string.format('%d', math.floor(hold_avg + (held_for - hold_avg) / 8))
+  hold_avg = fast_text(math.floor(hold_avg + (held_for - hold_avg) / 8))
   if head == token then
     return nil  -- the releaser is in line too (edited by hand, or a script cut short): serve_line keeps its grant
   elseif head then
