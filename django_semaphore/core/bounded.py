@@ -34,6 +34,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -691,6 +692,25 @@ async def aopen_ahead(client: AsyncClient, wait: float) -> None:
     await by(budget(client, wait), open_them())
 
 
+# The timeout ``by`` keeps on the call this task runs (Python 3.11+): ``cut_at_deadline`` asks it.
+_call_timeout: ContextVar[Any] = ContextVar("django_semaphore_call_timeout", default=None)
+
+
+def cut_at_deadline(deadline: Deadline) -> bool:
+    """Whether the cancel this task just got is its call's own deadline (``by``), not anyone else's.
+
+    On Python 3.11+ the call's timeout says whether it fired: a cancel from
+    elsewhere (the request's client gone) that lands after the deadline, but
+    before the loop ran the timeout, is not it. On 3.10, ``wait_for`` raises
+    any other cancel again in the task that waits on it, so the deadline is
+    enough.
+    """
+    if sys.version_info >= (3, 11):
+        timeout = _call_timeout.get()
+        return timeout is not None and bool(timeout.expired())
+    return deadline.passed()
+
+
 async def by(deadline: Deadline, work: Coroutine[Any, Any, T]) -> T:
     """Await ``work``, cancelled at ``deadline``: redis-py's ``TimeoutError`` then, as for a sync call.
 
@@ -702,8 +722,12 @@ async def by(deadline: Deadline, work: Coroutine[Any, Any, T]) -> T:
         return await work
     try:
         if sys.version_info >= (3, 11):
-            async with asyncio.timeout(max(deadline.left(), 0.0)):
-                return await work
+            async with asyncio.timeout(max(deadline.left(), 0.0)) as timeout:
+                entered = _call_timeout.set(timeout)
+                try:
+                    return await work
+                finally:
+                    _call_timeout.reset(entered)
         return await asyncio.wait_for(work, max(deadline.left(), 0.0))
     except asyncio.TimeoutError:
         raise redis.exceptions.TimeoutError("Redis did not answer before the call's deadline.") from None

@@ -64,7 +64,13 @@ class Confirm:
 
 @dataclass(frozen=True)
 class Leave:
-    """Leave the line, giving back a permit granted to this call meanwhile; reply ignored."""
+    """Leave the line, giving back a permit granted to this call meanwhile; reply ignored.
+
+    ``answered``: Redis answered the step before it (else a leaving it does
+    not confirm in time is an outage, not a refusal: core/waits.py ``leave``).
+    """
+
+    answered: bool = True
 
 
 Step = Acquire | Block | Confirm | Leave
@@ -154,7 +160,7 @@ def acquire_flow(
         if woken.left:
             break
         if clock() >= deadline:
-            yield LEAVE
+            yield LEAVE if woken.answered else Leave(answered=False)
             break
         handover = Handover.parse(woken.note) if woken.note is not None else None
         if handover is not None:
@@ -339,7 +345,8 @@ class Driver:
         if isinstance(step, Block):
             return waits.block(self.client, self.request, step, self._read_timeout, self.deadline)
         if isinstance(step, Leave):
-            return waits.leave(self.client, self._call_for(step), self.request, self.deadline)
+            answered = step.answered
+            return waits.leave(self.client, self._call_for(step), self.request, self.deadline, lambda: answered)
         call, confirm = self._call_for(step), self.confirm
         if confirm is None:
             return self._answered(step, bounded.run(self.client, call, self.deadline))
@@ -352,7 +359,8 @@ class Driver:
         if isinstance(step, Block):
             return await waits.ablock(self.client, self.request, step, self._read_timeout, self.deadline)
         if isinstance(step, Leave):
-            return await waits.aleave(self.client, self._call_for(step), self.request, self.deadline)
+            answered = step.answered
+            return await waits.aleave(self.client, self._call_for(step), self.request, self.deadline, lambda: answered)
         call, confirm = self._call_for(step), self.confirm
         if confirm is None:
             return self._answered(step, await scripts.arun(self.client, call))

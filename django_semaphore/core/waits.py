@@ -77,6 +77,7 @@ class Block:
 class Woken:
     note: Any = None  # the note popped, or None when the wait timed out
     left: bool = False  # the driver already left the line: the wait overran the deadline
+    answered: bool = True  # False: the driver ended the wait itself, and Redis answered nothing meanwhile
 
 
 def _cap(timeout: float, read_timeout: float | None) -> float:
@@ -104,8 +105,8 @@ def clean_up(client: Any, request: AcquireRequest, error: BaseException, deadlin
     renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
 
 
-def _redis_answered() -> bool:
-    return True
+def _unanswered() -> bool:
+    return False
 
 
 def leave(
@@ -113,7 +114,7 @@ def leave(
     call: ScriptCall,
     request: AcquireRequest,
     deadline: Deadline,
-    answered: Callable[[], bool] = _redis_answered,
+    answered: Callable[[], bool],
 ) -> bool:
     """Leave the line by ``deadline``: True when Redis confirmed it, False when the background will.
 
@@ -263,7 +264,7 @@ async def aleave(
     call: ScriptCall,
     request: AcquireRequest,
     deadline: Deadline,
-    answered: Callable[[], bool] = _redis_answered,
+    answered: Callable[[], bool],
 ) -> bool:
     """``leave`` on the asyncio client, whose caller cancels the task at ``deadline`` (core/bounded.py ``by``).
 
@@ -278,7 +279,7 @@ async def aleave(
     try:
         await asyncio.shield(leaving)
     except asyncio.CancelledError:
-        if not deadline.passed() or _cancel_requests() > requests + 1 or not answered():
+        if not bounded.cut_at_deadline(deadline) or _cancel_requests() > requests + 1 or not answered():
             raise
         return False
     except Exception as error:
@@ -313,10 +314,11 @@ async def ablock(
                     )
                 )
             except asyncio.TimeoutError:
-                if step.precise:
-                    # The wait was cancelled unanswered: a leaving not confirmed in time is an outage.
-                    await aleave(client, request.cancel_call(unblock=True), request, deadline, lambda: False)
-                return Woken(left=step.precise)
+                # The wait was cancelled unanswered: a leaving not confirmed in time is an outage.
+                if not step.precise:
+                    return Woken(answered=False)
+                await aleave(client, request.cancel_call(unblock=True), request, deadline, _unanswered)
+                return Woken(left=True)
         return Woken(_note(await client.blpop([request.wake_key], timeout=timeout)))
     pool = client.connection_pool
     connection = await pool.get_connection()

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from django_semaphore.core.calls import AcquireRequest, Calls
-from django_semaphore.core.flow import CONFIRM, LEAVE, Acquire, acquire_flow, next_block, settled
+from django_semaphore.core.flow import CONFIRM, LEAVE, Acquire, Leave, acquire_flow, next_block, settled
 from django_semaphore.core.redis_keys import SemaphoreKeys
 from django_semaphore.core.replies import FULL, GRANTED, HANDED, OTHER_WEIGHT, QUEUED, TOO_HEAVY, TOO_LATE, AcquireReply
 from django_semaphore.core.waits import Block, Woken
@@ -153,6 +153,18 @@ def test_the_deadline_passing_in_line_leaves_it_and_reports_full() -> None:
     with pytest.raises(StopIteration) as done:
         flow.send([1, 0])
     assert done.value.value.code == FULL
+
+
+def test_a_wait_redis_did_not_end_leaves_the_line_as_unanswered() -> None:
+    """The driver ended a wait itself with Redis answering nothing (a Cluster node's wait bounded from the
+    client): a leaving Redis then does not confirm in time is the outage it is, not a refusal."""
+    clock = Clock()
+    flow = acquire_flow(request(wait=0.5), clock)
+    next(flow)
+    flow.send(reply(QUEUED, nearest=400))
+    clock.now += 0.5
+    assert flow.send(Woken(answered=False)) == Leave(answered=False)
+    assert LEAVE.answered
 
 
 def test_a_wait_the_driver_already_left_ends_without_leaving_twice() -> None:

@@ -14,6 +14,7 @@ background, which retries until Redis confirms).
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 
@@ -120,3 +121,74 @@ def test_the_flows_own_leaving_that_outlasts_the_call_is_refused(
     assert sem.status().waiting == 1  # still in line while writes are paused: the background gives it back
     eventually(lambda: sem.status().waiting == 0, timeout=PAUSE_MS / 1000 + 10)
     assert holder.release() is True
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10's wait_for raises any other cancel again itself")
+def test_a_cancel_from_elsewhere_just_after_the_deadline_is_not_taken_for_it(
+    patient_server: RedisServer, own_server_client: redis.Redis
+) -> None:
+    """The request's client goes away after the deadline passed, but before the loop ran the call's own
+    timeout (another request held the loop across it): that cancel is not the deadline's, and goes on."""
+    sem = Semaphore(SemaphoreConfig.from_options("slow-leaving-cancelled", {"limit": 1}))
+    holder = sem.acquire(lease=30, auto_renew=False)
+    assert holder is not None
+    request = AcquireOptions(wait=WAIT).request(sem.config, sem.calls)
+
+    async def scenario() -> object:
+        deadline = Deadline.after(0.5)
+        driver = Driver(await aclient(), request, deadline=deadline)
+        call = asyncio.ensure_future(
+            bounded.by(deadline, driver.adrive(_queued_then_leaving(request, own_server_client)))
+        )
+
+        async def client_goes_away() -> None:
+            await asyncio.sleep(max(deadline.left() - 0.05, 0.0))
+            time.sleep(max(deadline.left(), 0.0) + 0.02)  # the loop held across the deadline
+            call.cancel()
+
+        gone = asyncio.ensure_future(client_goes_away())
+        try:
+            return await call
+        except asyncio.CancelledError:
+            return "cancelled"
+        finally:
+            await gone
+
+    try:
+        outcome = asyncio.run(scenario())
+        assert outcome == "cancelled", outcome
+    finally:
+        eventually(lambda: sem.status().waiting == 0, timeout=PAUSE_MS / 1000 + 10)
+        holder.release()
+
+
+def test_a_leaving_confirmed_just_before_the_deadline_on_a_busy_loop_is_a_refusal(
+    patient_server: RedisServer, own_server_client: redis.Redis
+) -> None:
+    """Redis's timer a second coarse, so the driver unblocks its own last wait; writes paused from inside the
+    wait resume 50 ms before the deadline, while another request holds the loop for 100 ms across it."""
+    own_server_client.config_set("hz", 1)
+    sem = Semaphore(SemaphoreConfig.from_options("slow-leaving-busy-loop", {"limit": 1}))
+    holder = sem.acquire(lease=30, auto_renew=False)
+    assert holder is not None
+
+    async def scenario() -> object:
+        started = time.monotonic()
+        call = asyncio.ensure_future(sem.aattempt(wait=WAIT))
+        await asyncio.sleep(WAIT / 2)
+        own_server_client.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+        await asyncio.sleep(max(started + WAIT + 0.15 - time.monotonic(), 0.0))
+        own_server_client.execute_command("CLIENT", "UNPAUSE")
+        time.sleep(0.1)
+        try:
+            return await call
+        except BaseException as error:  # the outage it must not be, kept for the message
+            return error
+
+    try:
+        outcome = asyncio.run(scenario())
+        assert isinstance(outcome, Attempt) and outcome.permit is None, outcome
+    finally:
+        own_server_client.config_set("hz", 10)
+        eventually(lambda: sem.status().waiting == 0, timeout=10)
+        holder.release()

@@ -14,18 +14,28 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 
 import pytest
 import redis
 import redis.asyncio.cluster
+from redis.crc import key_slot
 
 from django_semaphore import Semaphore
-from django_semaphore.core import errors
+from django_semaphore.core import bounded, errors
+from django_semaphore.core.bounded import LEAVING, Deadline
+from django_semaphore.core.calls import AcquireOptions
 from django_semaphore.core.conf import SemaphoreConfig
-from django_semaphore.core.connection import translated
+from django_semaphore.core.connection import aclient, translated
 from django_semaphore.core.errors import BackendUnavailable
+from django_semaphore.core.flow import Driver, Leave, first_acquire
+from django_semaphore.core.replies import FULL, AcquireReply
+from django_semaphore.core.waits import Block
+
+from ...support.servers import slot_owner
 
 TASKS, ROUNDS, EVERY = 40, 25, 37
+HUNG_WAIT = 0.5
 
 
 def test_connection_errors_among_calls_in_flight_are_outages_to_every_caller(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,3 +99,42 @@ def test_only_redis_pys_own_io_meeting_a_cleared_connection_counts_as_one_lost(c
     with pytest.raises(TypeError), translated("bug", None):
         len(None)  # type: ignore[arg-type]
     assert errors.lost_mid_command(AttributeError("'NoneType' object has no attribute 'writelines'")) is None
+
+
+def _queued_then_hung_at_its_last_block(request, node):  # type: ignore[no-untyped-def]
+    """``acquire_flow``'s steps when the earliest lease ends just before the wait does: queued, one block until
+    that lease's end, then the deadline passed; the node hung (SIGSTOP) from after the first reply."""
+    started = time.monotonic()
+    reply = AcquireReply.parse((yield first_acquire(request)), started)
+    node.freeze()
+    woken = yield Block(started + HUNG_WAIT - time.monotonic() - 0.001, precise=False, at_expiry=True)
+    assert not woken.left and not woken.answered
+    if time.monotonic() >= started + HUNG_WAIT:
+        yield Leave(answered=woken.answered)  # as acquire_flow leaves after a wait Redis did not end
+    return reply.finished(time.monotonic() - started, False, FULL)
+
+
+def test_a_node_hung_through_a_waits_last_block_is_an_outage_not_a_refusal(cluster) -> None:  # type: ignore[no-untyped-def]
+    """A wait the asyncio Cluster client bounds itself, which the hung node never answered: the leaving that
+    follows cannot be confirmed either, and the call is the outage it is (a refusal is only for a wait that
+    Redis ended: tests/core/test_slow_leaving.py)."""
+    sem = Semaphore(SemaphoreConfig.from_options("hung-at-its-last-block", {"limit": 1}))
+    holder = sem.acquire(lease=30, auto_renew=False)
+    assert holder is not None
+    request = AcquireOptions(wait=HUNG_WAIT).request(sem.config, sem.calls)
+    node = slot_owner(cluster, key_slot(sem.keys.base.encode()))
+
+    async def driven() -> object:
+        deadline = Deadline.after(HUNG_WAIT + LEAVING)
+        driver = Driver(await aclient(), request, deadline=deadline)
+        try:
+            return await bounded.by(deadline, driver.adrive(_queued_then_hung_at_its_last_block(request, node)))
+        except redis.exceptions.RedisError as error:
+            return error
+
+    try:
+        outcome = asyncio.run(driven())
+    finally:
+        node.thaw()
+    assert isinstance(outcome, redis.exceptions.TimeoutError), outcome
+    assert holder.release() is True
