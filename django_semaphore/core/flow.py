@@ -33,7 +33,7 @@ from . import bounded, scripts, waits
 from .bounded import NO_DEADLINE, Deadline, socket_timeout
 from .calls import AcquireRequest, ScriptCall
 from .replicas import ReplicaConfirmation
-from .replies import FULL, QUEUED, TOO_LATE, AcquireReply, Handover, RenewReply
+from .replies import FULL, QUEUED, TOO_LATE, AcquireReply, Handover, RenewReply, acquire_fields
 from .waits import Block, Woken
 
 # Never block for less: BLPOP treats 0 as "forever".
@@ -383,5 +383,6 @@ class Driver:
     def _answered(self, step: Step, reply: Any) -> Any:
         """A step's reply as the flow takes it; an acquire's also sets the server's clock."""
         if isinstance(step, Acquire):
+            reply = acquire_fields(reply)
             server_clock.observe(self.request.calls.keys.base, reply[6], time.monotonic())
         return reply

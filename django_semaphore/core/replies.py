@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from .adaptive import AdaptiveLimit, AdaptiveStatus, state_int
 
@@ -17,6 +17,18 @@ HANDED = 4
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def acquire_fields(reply: Any) -> list[Any]:
+    """An acquire's reply as a list: the fast paths answer a grant with its integers in one text.
+
+    A text costs the server a fraction of an array of integers (one reply
+    rather than eight), and splitting it here costs less than reading eight
+    integers through redis-py's reply parser.
+    """
+    if isinstance(reply, (bytes, str)):
+        return [int(field) for field in reply.split()]
+    return cast(list[Any], reply)
 
 
 def retry_after_seconds(expected_free_ms: int) -> int:
@@ -77,10 +89,10 @@ class AcquireReply(GrantReply):
         )
 
     @classmethod
-    def parse(cls, reply: list[Any], sent_at: float) -> AcquireReply:
+    def parse(cls, reply: Any, sent_at: float) -> AcquireReply:
         # A grant's reply ends with `fresh` after now_ms: the rest only matters to a caller turned away or
         # waiting, or when the script found keys gone (acquire.lua's header).
-        code, fence, deadline, used, limit, waiting, now, *rest = reply
+        code, fence, deadline, used, limit, waiting, now, *rest = acquire_fields(reply)
         if len(rest) == 1:
             position, nearest, expected, vanished, fresh = 0, 0, 0, "", bool(rest[0])
         else:

@@ -26,7 +26,7 @@ from django_semaphore import Semaphore, checks
 from django_semaphore.core import scripts
 from django_semaphore.core.calls import Calls
 from django_semaphore.core.conf import SemaphoreConfig
-from django_semaphore.core.replies import Sample
+from django_semaphore.core.replies import Sample, acquire_fields
 from django_semaphore.dashboard.chart import HEIGHT, WIDTH, utilisation_chart
 from django_semaphore.ops.overview import summary
 
@@ -220,20 +220,22 @@ def test_a_caller_with_the_old_configuration_gets_the_fixed_limit(redis_client: 
     old_config = SemaphoreConfig.from_options("adaptive", {"limit": 3, "lease": 30}).wire(False)
     assert old_config.count(b" ") == 6
     old = Calls(sem.keys, old_config)
-    reply = scripts.run(
-        redis_client,
-        old.acquire(
-            "oldtoken",
-            weight=1,
-            lease_ms=30000,
-            waiting=False,
-            claim_ms=2000,
-            hold_ms=0,
-            nonce="n1",
-            not_after_ms=0,
-            grant_before_ms=0,
-            metadata=b"",
-        ),
+    reply = acquire_fields(
+        scripts.run(
+            redis_client,
+            old.acquire(
+                "oldtoken",
+                weight=1,
+                lease_ms=30000,
+                waiting=False,
+                claim_ms=2000,
+                hold_ms=0,
+                nonce="n1",
+                not_after_ms=0,
+                grant_before_ms=0,
+                metadata=b"",
+            ),
+        )
     )
     assert reply[0] == 1 and reply[4] == 3  # granted, under the old process's fixed limit
     window_passes()

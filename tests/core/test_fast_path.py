@@ -34,6 +34,7 @@ import redis
 from django_semaphore.core import scripts
 from django_semaphore.core.calls import ScriptCall
 from django_semaphore.core.redis_keys import SemaphoreKeys
+from django_semaphore.core.replies import acquire_fields
 from django_semaphore.testing import RedisServer
 
 from ..support import modes
@@ -84,6 +85,8 @@ class Run:
         self._full_read()
         try:
             reply: Any = scripts.run(self.client, call)
+            if call.script == "acquire":
+                reply = acquire_fields(reply)  # a fast grant's text, as the full operation's list
         except redis.ResponseError as error:
             reply = "error: " + str(error).split(" script: ")[0]  # without the script's name and line
         path = "full" if self._full_read() or not scripts.fast_paths_enabled else "fast"

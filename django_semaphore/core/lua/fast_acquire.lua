@@ -39,7 +39,8 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
     end
     local fence_text
     fence, fence_text = fast_fence(fence, clock)
-    redis.call('ZADD', holders, string.format('%d', deadline), token)
+    local deadline_text = string.format('%d', deadline)
+    redis.call('ZADD', holders, deadline_text, token)
     fast_record(info, state, cfg, st, used + 1, token,
                 '1|' .. now_text .. '|' .. fence_text .. '|' .. nonce .. '|' .. hold_text .. '|' .. meta,
                 fast_folded(token, nonce), recorded, 'fence', fence_text, 'seen_at', now_text)
@@ -54,7 +55,7 @@ local function fast_line_acquire(keys, cfg, token, lease, mode, claim, hold, non
       redis.call('HDEL', qweight, token)
       waiting = waiting - 1
     end
-    return {1, fence, deadline, used + 1, limit, waiting, now, 0}
+    return fast_granted(fence_text, deadline_text, used + 1, limit, waiting, now_text)
   end
   if mode ~= 'wait' or now - (tonumber(audited_at) or 0) >= 1000
       or (tonumber(recorded) or 0) < now + cfg.waiter_ttl * 3 + cfg.idle then
@@ -165,7 +166,8 @@ local function fast_acquire(keys, args)
   if not recorded or recorded < deadline + cfg.idle then
     return nil  -- the keys must outlive the lease: acquire.lua records a later expiry and refreshes them
   end
-  if redis.call('ZADD', holders, 'NX', string.format('%d', deadline), token) == 0 then
+  local deadline_text = string.format('%d', deadline)
+  if redis.call('ZADD', holders, 'NX', deadline_text, token) == 0 then
     return nil  -- this token holds a lease already: acquire.lua renews it
   end
   local fence_text
@@ -178,5 +180,5 @@ local function fast_acquire(keys, args)
     -- The holders' key was created by this call: it takes the partition's recorded expiry.
     redis.call('PEXPIREAT', holders, recorded)
   end
-  return {1, fence, deadline, used, limit, 0, now, 0}
+  return fast_granted(fence_text, deadline_text, used, limit, 0, now_text)
 end
