@@ -21,7 +21,8 @@
 -- ARGV[3] holder metadata (JSON written by the client, stored verbatim)
 --
 -- Reply: {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, fresh} when the caller got a
---         permit, else {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, position,
+--         permit (the fast paths answer their grants with the same eight fields in one text, split by
+--         replies.py's acquire_fields), else {code, fence, lease_deadline_ms, used, limit, waiting, now_ms, position,
 --         nearest_expiry_ms, expected_free_ms, vanished, fresh} (also for a permit when keys were found
 --         gone: vanished is common.lua's `context` report of keys gone under held permits, '' when none;
 --         fresh is 1 when this call found the partition without keys, as a new, evicted or expired one is); code 1
