@@ -50,7 +50,9 @@ def test_async_context_manager_and_full() -> None:
 
 def test_fences_increase_and_renew_refuses_lost_lease() -> None:
     async def scenario() -> None:
-        sem = make(1, lease=0.3, auto_renew=False)
+        # A second's lease: the renew that must find it held comes well within it on a loaded machine (a
+        # 0.3 s lease once ran out first on the CI's cluster cell), and the sleep outlasts it by 0.3 s.
+        sem = make(1, lease=1.0, auto_renew=False)
         fences = []
         for _ in range(5):
             permit = await sem.aacquire()
@@ -61,7 +63,7 @@ def test_fences_increase_and_renew_refuses_lost_lease() -> None:
         permit = await sem.aacquire()
         assert permit is not None
         assert await permit.arenew() is True
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(1.3)
         assert await permit.arenew() is False and permit.lost
 
     run(scenario())
