@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -24,12 +25,16 @@ ROOT = Path(__file__).resolve().parents[2]
 class _WebServer(_Group):
     """A web server process of this test's own on ``self.port``, serving Django with ``settings``."""
 
-    def __init__(self, settings: str, env: dict[str, str], port: int, arguments: list[str]) -> None:
+    def __init__(
+        self, settings: str, env: dict[str, str], port: int, arguments: list[str], listener: socket.socket | None = None
+    ) -> None:
         self.port, self.name = port, arguments[0]
         # The parent-death signal: a test run killed outright still stops its server.
         self.command = [*_stop_with_parent(), sys.executable, "-m", *arguments]
         self.env = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": settings}
         self.process: subprocess.Popen[bytes] | None = None
+        # The listening socket the server is handed (its fd in ``arguments``), when it takes one.
+        self._listener = listener
 
     @property
     def base_url(self) -> str:
@@ -41,7 +46,8 @@ class _WebServer(_Group):
         ``close`` stopped."""
         if self.process is not None and self.process.poll() is None:
             return self
-        self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL)
+        handed = (self._listener.fileno(),) if self._listener is not None else ()
+        self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, pass_fds=handed)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -58,6 +64,9 @@ class _WebServer(_Group):
     def close(self) -> None:
         """Stop the server this object started, by its pid (SIGTERM, then SIGKILL)."""
         stop_process(self.process, timeout=15)
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
 
 
 class Gunicorn(_WebServer):
@@ -78,15 +87,18 @@ class Gunicorn(_WebServer):
         timeout: float | None = None,
         preload: bool = False,
     ) -> None:
-        port = free_port()
-        arguments = ["gunicorn", "django.core.wsgi:get_wsgi_application()", "--bind", f"127.0.0.1:{port}"]
+        # Bound here and handed over, not a free port named: another process (another test worker's server)
+        # could take a port named between its choice and gunicorn's bind, and answer in its place.
+        listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+        port = listener.getsockname()[1]
+        arguments = ["gunicorn", "django.core.wsgi:get_wsgi_application()", "--bind", f"fd://{listener.fileno()}"]
         arguments += ["--workers", str(workers), "--threads", str(threads)]
         arguments += ["--worker-class", worker_class or ("gthread" if threads > 1 else "sync")]
         if timeout is not None:
             arguments += ["--timeout", f"{timeout:g}"]
         if preload:
             arguments.append("--preload")
-        super().__init__(settings, env, port, [*arguments, "--log-level", "warning"])
+        super().__init__(settings, env, port, [*arguments, "--log-level", "warning"], listener)
 
 
 class Uvicorn(_WebServer):
