@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import select
 import sys
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
@@ -289,6 +290,21 @@ async def aleave(
     return True
 
 
+def _replied(connection: Any) -> bool:
+    """Whether Redis sent a reply on ``connection`` that its read has not taken yet.
+
+    The read is a task: on a busy loop it may not have run since the reply
+    came, so the socket is asked (redis.asyncio keeps the stream's writer,
+    whose transport has it); a connection without one says no.
+    """
+    writer = getattr(connection, "_writer", None)
+    sock = writer.get_extra_info("socket") if writer is not None else None
+    if sock is None:
+        return False
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
+
+
 async def _awake_self(client: AsyncClient, request: AcquireRequest) -> None:
     pipe = client.pipeline(transaction=False)
     pipe.rpush(request.wake_key, WAKE_SELF)
@@ -331,7 +347,9 @@ async def ablock(
             return Woken(_note(read.result()))
         if not step.precise:
             await _awake_self(client, request)
-        elif not await aleave(client, request.cancel_call(unblock=True), request, deadline, read.done):
+        elif not await aleave(
+            client, request.cancel_call(unblock=True), request, deadline, lambda: read.done() or _replied(connection)
+        ):
             await connection.disconnect()  # ends the BLPOP; the leaving gives back what it popped
             return Woken(left=True)
         note = None
