@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import select
+import selectors
 import sys
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
@@ -294,15 +294,20 @@ def _replied(connection: Any) -> bool:
     """Whether Redis sent a reply on ``connection`` that its read has not taken yet.
 
     The read is a task: on a busy loop it may not have run since the reply
-    came, so the socket is asked (redis.asyncio keeps the stream's writer,
-    whose transport has it); a connection without one says no.
+    came, which then waits in the stream's buffer or, the loop later still,
+    in the socket's (redis.asyncio keeps the stream's reader and writer,
+    whose transport has the socket); a connection without them says no.
     """
+    if getattr(getattr(connection, "_reader", None), "_buffer", None):
+        return True
     writer = getattr(connection, "_writer", None)
     sock = writer.get_extra_info("socket") if writer is not None else None
     if sock is None:
         return False
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)
+    # A selector, not select(): a busy process's sockets have descriptors past select()'s 1024.
+    with selectors.DefaultSelector() as selector:
+        selector.register(sock, selectors.EVENT_READ)
+        return bool(selector.select(0))
 
 
 async def _awake_self(client: AsyncClient, request: AcquireRequest) -> None:

@@ -14,9 +14,12 @@ background, which retries until Redis confirms).
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
 import sys
 import threading
 import time
+import types
 
 import pytest
 import redis
@@ -29,6 +32,7 @@ from django_semaphore.core.conf import SemaphoreConfig
 from django_semaphore.core.connection import aclient, get_client
 from django_semaphore.core.flow import LEAVE, Driver, first_acquire
 from django_semaphore.core.replies import FULL, AcquireReply
+from django_semaphore.core.waits import _replied
 from django_semaphore.testing import RedisServer
 
 from ..support.polling import eventually, wait_until
@@ -198,3 +202,36 @@ def test_a_leaving_confirmed_just_before_the_deadline_on_a_busy_loop_is_a_refusa
         own_server_client.config_set("hz", 10)
         eventually(lambda: sem.status().waiting == 0, timeout=10)
         holder.release()
+
+
+def test_a_reply_not_read_yet_is_seen_in_the_stream_or_the_socket_whatever_its_descriptor() -> None:
+    """How the asyncio leaving tells Redis answered while the loop was busy; select() would have failed on a
+    socket whose descriptor is past 1024, as a busy worker's are."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip("cannot open enough descriptors here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+
+    async def seen() -> list[bool]:
+        server = await asyncio.start_server(lambda _reader, writer: writer.write(b"+OK\r\n"), "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        connection = types.SimpleNamespace(_reader=reader, _writer=writer)
+        assert writer.get_extra_info("socket").fileno() > 1024
+        looks = []
+        time.sleep(0.2)  # the loop busy: the reply waits in the socket
+        looks.append(_replied(connection))
+        await asyncio.sleep(0.2)  # the loop read it into the stream, where the read has not taken it
+        looks.append(_replied(connection))
+        await reader.readline()
+        looks.append(_replied(connection))
+        writer.close()
+        server.close()
+        return looks
+
+    try:
+        assert asyncio.run(seen()) == [True, True, False]
+    finally:
+        for descriptor in filler:
+            os.close(descriptor)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
