@@ -160,7 +160,7 @@ def acquire_flow(
         if woken.left:
             break
         if clock() >= deadline:
-            yield LEAVE if woken.answered else Leave(answered=False)
+            yield Leave(answered=woken.answered)
             break
         handover = Handover.parse(woken.note) if woken.note is not None else None
         if handover is not None:

@@ -95,6 +95,12 @@ def _worth_trying_now(error: BaseException) -> bool:
     return isinstance(error, redis.exceptions.ConnectionError) or not is_outage(error)
 
 
+def _left_to_the_background(request: AcquireRequest) -> None:
+    """The background thread gives back what this call may hold, retrying until Redis confirms (with a
+    tombstone: an acquire of the call that Redis runs only after it is refused)."""
+    renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
+
+
 def clean_up(client: Any, request: AcquireRequest, error: BaseException, deadline: Deadline) -> None:
     """Give back whatever an interrupted call may hold: now if Redis answers (and time is left), else later."""
     if _worth_trying_now(error) and not deadline.passed():
@@ -103,7 +109,7 @@ def clean_up(client: Any, request: AcquireRequest, error: BaseException, deadlin
             return
         except Exception:
             pass
-    renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
+    _left_to_the_background(request)
 
 
 def _unanswered() -> bool:
@@ -133,7 +139,7 @@ def leave(
     except Exception as error:
         if not is_outage(error) or not answered():
             raise
-    renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
+    _left_to_the_background(request)
     return False
 
 
@@ -223,7 +229,7 @@ async def aclean_up(client: Any, request: AcquireRequest, error: BaseException, 
         with suppress(Exception):
             await asyncio.shield(leaving)
         return
-    renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
+    _left_to_the_background(request)
 
 
 # Tasks a call started and left running when it ended (a clean-up, a read being cancelled): asyncio keeps
@@ -249,7 +255,7 @@ def _forgotten(task: asyncio.Future[Any]) -> None:
 def _left_or_later(request: AcquireRequest, leaving: asyncio.Future[Any]) -> None:
     """A clean-up that failed (or was cut off) in the background goes to the background thread."""
     if leaving.cancelled() or leaving.exception() is not None:
-        renewer.reconcile(request.cancel_call(tombstone=True), within=request.lease_ms / 1000)
+        _left_to_the_background(request)
 
 
 def _cancel_requests() -> int:

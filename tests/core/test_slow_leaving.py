@@ -24,7 +24,7 @@ import types
 import pytest
 import redis
 
-from django_semaphore import Attempt, BackendUnavailable, Semaphore
+from django_semaphore import Attempt, BackendUnavailable, Permit, Semaphore
 from django_semaphore.core import bounded
 from django_semaphore.core.bounded import Deadline
 from django_semaphore.core.calls import AcquireOptions
@@ -55,13 +55,19 @@ def patient_server(own_server: RedisServer, settings) -> RedisServer:
     return own_server
 
 
+def held_full(name: str) -> tuple[Semaphore, Permit]:
+    """A semaphore of limit 1, and the permit that fills it for the test's whole time."""
+    sem = Semaphore(SemaphoreConfig.from_options(name, {"limit": 1}))
+    holder = sem.acquire(lease=30, auto_renew=False)
+    assert holder is not None
+    return sem, holder
+
+
 @pytest.mark.parametrize("style", ["sync", "asyncio"])
 def test_a_full_wait_whose_leaving_outlasts_the_call_is_refused(
     patient_server: RedisServer, own_server_client: redis.Redis, style: str
 ) -> None:
-    sem = Semaphore(SemaphoreConfig.from_options(f"slow-leaving-{style}", {"limit": 1}))
-    holder = sem.acquire(lease=30, auto_renew=False)
-    assert holder is not None
+    sem, holder = held_full(f"slow-leaving-{style}")
     outcome: list[Attempt | BaseException] = []
     timing: list[float] = []
     started = time.monotonic()
@@ -111,9 +117,7 @@ def _queued_then_leaving(request, paused: redis.Redis):  # type: ignore[no-untyp
 def test_the_flows_own_leaving_that_outlasts_the_call_is_refused(
     patient_server: RedisServer, own_server_client: redis.Redis, style: str
 ) -> None:
-    sem = Semaphore(SemaphoreConfig.from_options(f"slow-flow-leaving-{style}", {"limit": 1}))
-    holder = sem.acquire(lease=30, auto_renew=False)
-    assert holder is not None
+    sem, holder = held_full(f"slow-flow-leaving-{style}")
     request = AcquireOptions(wait=WAIT).request(sem.config, sem.calls)
     started = time.monotonic()
     if style == "sync":
@@ -139,9 +143,7 @@ def test_a_cancel_from_elsewhere_just_after_the_deadline_is_not_taken_for_it(
 ) -> None:
     """The request's client goes away after the deadline passed, but before the loop ran the call's own
     timeout (another request held the loop across it): that cancel is not the deadline's, and goes on."""
-    sem = Semaphore(SemaphoreConfig.from_options("slow-leaving-cancelled", {"limit": 1}))
-    holder = sem.acquire(lease=30, auto_renew=False)
-    assert holder is not None
+    sem, holder = held_full("slow-leaving-cancelled")
     request = AcquireOptions(wait=WAIT).request(sem.config, sem.calls)
 
     async def scenario() -> object:
@@ -178,9 +180,7 @@ def test_a_leaving_confirmed_just_before_the_deadline_on_a_busy_loop_is_a_refusa
     """Redis's timer a second coarse, so the driver unblocks its own last wait; writes paused from inside the
     wait resume 50 ms before the deadline, while another request holds the loop for 100 ms across it."""
     own_server_client.config_set("hz", 1)
-    sem = Semaphore(SemaphoreConfig.from_options("slow-leaving-busy-loop", {"limit": 1}))
-    holder = sem.acquire(lease=30, auto_renew=False)
-    assert holder is not None
+    sem, holder = held_full("slow-leaving-busy-loop")
 
     async def scenario() -> object:
         started = time.monotonic()
