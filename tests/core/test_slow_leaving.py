@@ -214,7 +214,13 @@ def test_a_reply_not_read_yet_is_seen_in_the_stream_or_the_socket_whatever_its_d
     filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
 
     async def seen() -> list[bool]:
-        server = await asyncio.start_server(lambda _reader, writer: writer.write(b"+OK\r\n"), "127.0.0.1", 0)
+        answering: list[asyncio.StreamWriter] = []  # kept open: a writer collected closes, and EOF reads as data
+
+        def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            answering.append(writer)
+            writer.write(b"+OK\r\n")
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
         reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
         connection = types.SimpleNamespace(_reader=reader, _writer=writer)
         assert writer.get_extra_info("socket").fileno() > 1024
@@ -225,7 +231,8 @@ def test_a_reply_not_read_yet_is_seen_in_the_stream_or_the_socket_whatever_its_d
         looks.append(_replied(connection))
         await reader.readline()
         looks.append(_replied(connection))
-        writer.close()
+        for opened in (writer, *answering):
+            opened.close()
         server.close()
         return looks
 
