@@ -119,14 +119,13 @@ class Calls:
     def status(self, max_holders: int, history: bool) -> ScriptCall:
         return ScriptCall("status", self.keys.common, [self.config, max_holders, b"1" if history else b"0"])
 
-    def force_release(self, token: str | None) -> ScriptCall:
-        """Take ``token``'s permit away, or every holder's when ``token`` is None."""
-        everyone = token is None
-        return ScriptCall(
-            "force_release",
-            self.keys.common,
-            [self.config, b"" if token is None else wire(token), b"1" if everyone else b"0"],
-        )
+    def force_release(self, token: str) -> ScriptCall:
+        """Take ``token``'s permit away."""
+        return ScriptCall("force_release", self.keys.common, [self.config, b"one", wire(token)])
+
+    def force_release_step(self, cursor: bytes) -> ScriptCall:
+        """Take away the permits of the holders at the next step of a pass over them (``b"0"`` begins one)."""
+        return ScriptCall("force_release", self.keys.common, [self.config, b"all", cursor])
 
     def set_limit(self, operation: str, value: int = 0) -> ScriptCall:
         """``operation``: "set" (to ``value``), "add" (``value``, may be negative) or "clear"."""

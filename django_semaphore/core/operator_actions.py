@@ -92,18 +92,28 @@ class OperatorActions:
         """Take one holder's permit away (an operator's fix for a stuck holder); an empty token takes nothing."""
         if not token:
             return False
-        return bool(self._force(token))
+        if self.stripe_calls:
+            replies = run_work(_each(Scripts([calls.force_release(token) for calls in self.stripe_calls])), self.name)
+        else:
+            replies = [run(self.calls.force_release(token), self.name, self.partition)]
+        return any(len(reply) > 1 for reply in replies)
 
     def force_release_all(self) -> list[str]:
-        """Take every holder's permit away; returns their tokens."""
-        return self._force(None)
+        """Take every holder's permit away; returns their tokens.
 
-    def _force(self, token: str | None) -> list[str]:
+        A pass over the holders, a batch a call (lua/force_release.lua): each
+        call's work is bounded, and the pass ends however many are granted
+        meanwhile (those may be released or not).
+        """
         if self.stripe_calls:
-            work = _each(Scripts([calls.force_release(token) for calls in self.stripe_calls]))
-            released = [t for reply in run_work(work, self.name) for t in reply]
+            released = run_work(_everyone(self.stripe_calls), self.name)
         else:
-            released = run(self.calls.force_release(token), self.name, self.partition)
+            released, cursor = [], b"0"
+            while True:
+                cursor, *tokens = run(self.calls.force_release_step(cursor), self.name, self.partition)
+                released += tokens
+                if _pass_over(cursor):
+                    break
         return [t.decode() if isinstance(t, bytes) else str(t) for t in released]
 
     def set_limit(self, limit: int | None) -> int:
@@ -133,3 +143,23 @@ class OperatorActions:
 def _each(step: Scripts) -> Work[list[Any]]:
     """One round trip's replies (every stripe's answer to one operation)."""
     return (yield step)
+
+
+def _everyone(stripes: tuple[Calls, ...]) -> Work[list[Any]]:
+    """Every stripe's pass over its holders, the stripes' steps in one round trip; the tokens released."""
+    released: list[Any] = []
+    cursors = dict.fromkeys(range(len(stripes)), b"0")
+    while cursors:
+        pending = list(cursors)
+        replies = yield Scripts([stripes[i].force_release_step(cursors[i]) for i in pending])
+        for i, (cursor, *tokens) in zip(pending, replies, strict=True):
+            released += tokens
+            if _pass_over(cursor):
+                del cursors[i]
+            else:
+                cursors[i] = cursor
+    return released
+
+
+def _pass_over(cursor: Any) -> bool:
+    return cursor in (b"0", "0", 0)
