@@ -59,6 +59,7 @@ HARMLESS: dict[str, tuple[str, ...]] = {
         "ZRANK <missing> m",
         "ZREM <missing> m",
         "ZREMRANGEBYSCORE <missing> 0 0",
+        "ZSCAN <missing> 0",
         "ZSCORE <missing> m",
     )
 }
