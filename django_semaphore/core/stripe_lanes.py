@@ -74,21 +74,35 @@ class Lanes:
         """
         now = time.monotonic()
         with self._lock:
-            if self._pid != os.getpid() or sum(self._lanes) >= MAX_LANES:
-                self._reset()
+            self._fresh()
             self.calls += 1
-            lanes, busy = self._lanes, self._busy
-            for stripe in self._order:
-                if lanes[stripe] > busy[stripe]:
-                    break
-            else:
-                stripe = next(
-                    (s for s in self._order if lanes[s] < self._limits[s] and now - self._no_room_at[s] > SEEN_FOR),
-                    self._order[0],
-                )
-                lanes[stripe] += 1
-            busy[stripe] += 1
+            stripe, new_lane = self._choice(now)
+            if new_lane:
+                self._lanes[stripe] += 1
+            self._busy[stripe] += 1
             return stripe
+
+    def likely(self) -> int:
+        """The stripe the next ``take`` gives, unless another thread takes one first (nothing is taken)."""
+        with self._lock:
+            self._fresh()
+            return self._choice(time.monotonic())[0]
+
+    def _fresh(self) -> None:
+        if self._pid != os.getpid() or sum(self._lanes) >= MAX_LANES:
+            self._reset()
+
+    def _choice(self, now: float) -> tuple[int, bool]:
+        """``take``'s stripe, and whether it is a new lane there (no lane of this process is free)."""
+        lanes, busy = self._lanes, self._busy
+        for stripe in self._order:
+            if lanes[stripe] > busy[stripe]:
+                return stripe, False
+        stripe = next(
+            (s for s in self._order if lanes[s] < self._limits[s] and now - self._no_room_at[s] > SEEN_FOR),
+            self._order[0],
+        )
+        return stripe, True
 
     def other(self, first: int) -> int:
         """The stripe a call turned away by ``first`` asks next: a random one not seen without room lately."""
@@ -127,6 +141,12 @@ class Lanes:
         with self._lock:
             if self._pid == pid:
                 self._busy[stripe] -= 1
+
+
+def asked_first(lanes: Lanes, token: str, stripes: int) -> int:
+    """The stripe a call with ``token`` likely asks first, no lane taken: the one whose connections it opens
+    ahead (core/bounded.py ``open_ahead``)."""
+    return identity_stripe(token, stripes) if token.startswith(IDENTITY_PREFIX) else lanes.likely()
 
 
 def identity_stripe(token: str, stripes: int) -> int:

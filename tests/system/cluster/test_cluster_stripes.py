@@ -18,6 +18,7 @@ import redis
 from redis.crc import key_slot
 
 from django_semaphore import Semaphore
+from django_semaphore.core import scripts
 from django_semaphore.core.conf import SemaphoreConfig
 
 from ...support import modes, stripe_workers
@@ -143,3 +144,43 @@ def test_refusals_at_a_steady_ninety_percent_load_stay_below_one_percent(
     print(f"{calls} calls, {refused} refused ({refused / calls:.3%}), {second} asked a second stripe")
     assert calls > 1000 and over == 0
     assert refused < calls / 100
+
+
+def _connected_clients(cluster: ServerCluster) -> dict[int, int]:
+    """How many connections each master has now (our own look counted alike every time)."""
+    counts = {}
+    for node in cluster.nodes:
+        with redis.Redis(host="127.0.0.1", port=node.port) as admin:
+            counts[node.port] = len(admin.client_list())
+    return counts
+
+
+def test_a_call_opens_ahead_the_connection_to_the_master_of_the_stripe_it_asks(
+    cluster: ServerCluster, settings, way: modes.Way
+) -> None:
+    """An acquire opens its connections before its deadline is set, so that a cold start's handshakes are not
+    its time (docs/servers.md#cold-start-over-tls). A striped semaphore opened them to the master of its
+    name's own slot, and the call's connection to its stripe's master, when that is another, was opened
+    within the call's time after all."""
+    settings.SEMAPHORE_METRICS_FLUSH_INTERVAL = None  # no counts flushed on connections of their own meanwhile
+
+    def owner(key: str) -> int:
+        return slot_owner(cluster, key_slot(key.encode())).port
+
+    for attempt in range(30):  # a name whose first stripe (this process's random order) is on another master
+        sem = Semaphore(SemaphoreConfig.from_options(f"ahead-{attempt}", {"limit": 8, "lease": 30, "stripes": 8}))
+        first = sem.lanes.likely() if sem.lanes else 0
+        if owner(sem.stripe_calls[first].keys.state) != owner(sem.keys.state):
+            break
+    else:
+        pytest.fail("no name's first stripe was on another master than the name")
+    with cluster.client(username=way.user, password=modes.PASSWORD) as other:  # the library, loaded meanwhile
+        scripts.run(other, sem.stripe_calls[first].status(0, False))
+    before = _connected_clients(cluster)
+    permit = sem.acquire(wait=0, auto_renew=False)
+    after = _connected_clients(cluster)
+    assert permit is not None and permit.stripe == first
+    opened = {port: after[port] - before[port] for port in before}
+    assert opened[owner(sem.stripe_calls[first].keys.state)] == 1, opened
+    assert opened[owner(sem.keys.state)] == 0, opened
+    assert permit.release() is True
