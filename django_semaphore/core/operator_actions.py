@@ -10,6 +10,7 @@ first: core/stripe_limits.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
 
@@ -96,24 +97,25 @@ class OperatorActions:
             replies = run_work(_each(Scripts([calls.force_release(token) for calls in self.stripe_calls])), self.name)
         else:
             replies = [run(self.calls.force_release(token), self.name, self.partition)]
-        return any(len(reply) > 1 for reply in replies)
+        return any(len(reply) > 2 for reply in replies)
 
     def force_release_all(self) -> list[str]:
-        """Take every holder's permit away; returns their tokens.
+        """Take away the permit of every holder granted before the call; returns their tokens.
 
-        A pass over the holders, a batch a call (lua/force_release.lua): each
-        call's work is bounded, and the pass ends however many are granted
-        meanwhile (those may be released or not).
+        Passes over the holders, a batch a call (lua/force_release.lua): each
+        call's work is bounded, and the passes end however many are granted
+        meanwhile (those keep their permits, the line's included).
         """
+        work = _everyone(self.stripe_calls or (self.calls,))
         if self.stripe_calls:
-            released = run_work(_everyone(self.stripe_calls), self.name)
+            released = run_work(work, self.name)
         else:
-            released, cursor = [], b"0"
-            while True:
-                cursor, *tokens = run(self.calls.force_release_step(cursor), self.name, self.partition)
-                released += tokens
-                if _pass_over(cursor):
-                    break
+            step = next(work)
+            try:
+                while True:
+                    step = work.send([run(call, self.name, self.partition) for call in step.calls])
+            except StopIteration as done:
+                released = done.value
         return [t.decode() if isinstance(t, bytes) else str(t) for t in released]
 
     def set_limit(self, limit: int | None) -> int:
@@ -145,19 +147,31 @@ def _each(step: Scripts) -> Work[list[Any]]:
     return (yield step)
 
 
-def _everyone(stripes: tuple[Calls, ...]) -> Work[list[Any]]:
-    """Every stripe's pass over its holders, the stripes' steps in one round trip; the tokens released."""
+def _everyone(stripes: tuple[Calls, ...]) -> Generator[Scripts, list[Any], list[Any]]:
+    """Each stripe's passes over its holders, the stripes' steps in one round trip; the tokens released.
+
+    A stripe's passes go on until one releases nothing: a pass whose server
+    changed under it (a failover, a restart, a slot migrated), where its
+    cursor no longer means what it did, may have skipped holders granted
+    before it began, and the next pass finds them.
+    """
     released: list[Any] = []
+    starts = [b"0"] * len(stripes)
     cursors = dict.fromkeys(range(len(stripes)), b"0")
+    found = [0] * len(stripes)  # released by the stripe's pass under way
     while cursors:
         pending = list(cursors)
-        replies = yield Scripts([stripes[i].force_release_step(cursors[i]) for i in pending])
-        for i, (cursor, *tokens) in zip(pending, replies, strict=True):
+        replies = yield Scripts([stripes[i].force_release_step(cursors[i], starts[i]) for i in pending])
+        for i, (cursor, start, *tokens) in zip(pending, replies, strict=True):
+            starts[i] = start
             released += tokens
-            if _pass_over(cursor):
-                del cursors[i]
-            else:
+            found[i] += len(tokens)
+            if not _pass_over(cursor):
                 cursors[i] = cursor
+            elif found[i]:
+                cursors[i], found[i] = b"0", 0  # another pass
+            else:
+                del cursors[i]
     return released
 
 
